@@ -1,0 +1,1 @@
+"""Platform adapters; each finds the core through bridge's public model and ports."""

@@ -1,0 +1,325 @@
+"""The web chat's HTTP routes and its surface (two converters around the core).
+
+``POST /api/threads/{thread}/messages`` -> :class:`~bridge.model.Inbound` -> the core's
+``submit`` (202 after the inbox write); ``GET .../messages`` reads the thread's transcript
+from the store plus the live progress bubble; ``POST .../choices`` presses a choice;
+``GET .../events`` streams the same as server-sent events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import logging
+import re
+import time
+import uuid
+from collections import defaultdict
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+
+from bridge.errors import AdapterError
+from bridge.model import Attachment, Inbound, Outgoing, ReplyKind, ReplyTarget
+from bridge.ports import (
+    AdapterContext,
+    Capabilities,
+    DeliveryError,
+    PressStatus,
+    SubmitStatus,
+)
+
+log = logging.getLogger(__name__)
+
+THREAD_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+MAX_TEXT = 100_000
+MAX_USER = 200
+ROLE_BY_KIND = {
+    ReplyKind.ANSWER: "assistant",
+    ReplyKind.ARTIFACT: "assistant",
+    ReplyKind.NOTICE: "status",
+    ReplyKind.ERROR: "error",
+    ReplyKind.PROMPT: "prompt",
+}
+SSE_HEARTBEAT_S = 15.0
+
+
+def _bad(message: str, status: int = 400) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+class WebSurface:
+    name = "web"
+    capabilities = Capabilities(
+        edit=True, buttons=True, upload=True, typing=False, max_length=20_000, edit_interval_s=0.5
+    )
+
+    def __init__(self) -> None:
+        self.live: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)  # thread -> ref
+        self.listeners: dict[str, set[asyncio.Queue[dict[str, Any]]]] = defaultdict(set)
+
+    def _publish(self, thread: str, event: dict[str, Any]) -> None:
+        for queue in list(self.listeners.get(thread, ())):
+            if queue.qsize() < 1000:
+                queue.put_nowait(event)
+
+    @staticmethod
+    def _thread(target: ReplyTarget) -> str:
+        return str(target.context.get("thread") or target.thread_key.removeprefix("web:"))
+
+    @staticmethod
+    def _entry(out: Outgoing, ref: str) -> dict[str, Any]:
+        return {
+            "ref": ref,
+            "role": ROLE_BY_KIND.get(out.kind, "status"),
+            "text": out.text,
+            "choices": [
+                {"token": c.token, "label": c.label, "style": c.style} for c in out.choices
+            ],
+            "at": time.time(),
+        }
+
+    async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
+        thread = self._thread(target)
+        entry = self._entry(message, reply_key)
+        if reply_key.startswith("progress:"):
+            self.live[thread][reply_key] = entry
+        self._publish(thread, {"type": "message", **entry})
+        return reply_key
+
+    async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
+        thread = self._thread(target)
+        entry = self._entry(message, ref)
+        if ref in self.live[thread]:
+            entry["at"] = self.live[thread][ref]["at"]
+            self.live[thread][ref] = entry
+        self._publish(thread, {"type": "edit", **entry})
+
+    async def upload(
+        self,
+        target: ReplyTarget,
+        name: str,
+        data: bytes,
+        media_type: str | None,
+        *,
+        reply_key: str,
+    ) -> str:
+        self._publish(
+            self._thread(target),
+            {
+                "type": "file",
+                "ref": reply_key,
+                "name": name,
+                "size": len(data),
+                "mediaType": media_type,
+            },
+        )
+        return reply_key
+
+    async def typing(self, target: ReplyTarget) -> None:
+        return None
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        raise DeliveryError("the web chat does not take attachments", permanent=True)
+
+
+class WebAdapter:
+    name = "web"
+
+    def __init__(self, ctx: AdapterContext) -> None:
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.surface = WebSurface()
+        token = self.settings.token
+        self._token: bytes | None = token.get_secret_value().encode() if token else None
+        self._operators = set(self.settings.operators)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def initialize(self) -> None:
+        host = self.ctx.core.server.host
+        if self._token is None and not _is_loopback(host):
+            raise AdapterError(
+                f"the web chat is bound to {host}, beyond loopback, without a token: set "
+                "web.token (JAZZ_BRIDGE_WEB__TOKEN) or bind server.host to 127.0.0.1"
+            )
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        for queues in self.surface.listeners.values():
+            for queue in queues:
+                queue.put_nowait({"type": "closing"})
+
+    async def shutdown(self) -> None:
+        return None
+
+    def health(self) -> str | None:
+        return None
+
+    # -- routes -------------------------------------------------------------------------------
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/", self.page)
+        app.router.add_post("/api/threads/{thread}/messages", self.post_message)
+        app.router.add_get("/api/threads/{thread}/messages", self.get_messages)
+        app.router.add_post("/api/threads/{thread}/choices", self.post_choice)
+        app.router.add_get("/api/threads/{thread}/events", self.events)
+
+    def _authorized(self, request: web.Request) -> bool:
+        if self._token is None:
+            return True
+        header = request.headers.get("Authorization", "")
+        given = header.removeprefix("Bearer ").encode() if header.startswith("Bearer ") else b""
+        if not given:
+            given = request.query.get("token", "").encode()
+        return hmac.compare_digest(given, self._token)
+
+    def _thread(self, request: web.Request) -> str | None:
+        thread = request.match_info["thread"]
+        return thread if THREAD_RE.match(thread) else None
+
+    async def page(self, request: web.Request) -> web.Response:
+        html = resources.files("adapters.web").joinpath("static/index.html").read_text("utf-8")
+        return web.Response(
+            text=html, content_type="text/html", headers={"Cache-Control": "no-store"}
+        )
+
+    async def _json(self, request: web.Request) -> dict[str, Any] | web.Response:
+        if not self._authorized(request):
+            self.ctx.metrics.auth_failures.labels("web", "token").inc()
+            return _bad("missing or wrong token (Authorization: Bearer ...)", 401)
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            return _bad("body is not valid JSON")
+        if not isinstance(body, dict):
+            return _bad("body must be a JSON object")
+        return body
+
+    async def post_message(self, request: web.Request) -> web.Response:
+        thread = self._thread(request)
+        if thread is None:
+            return _bad("thread must be 1-128 characters of A-Z a-z 0-9 . _ -")
+        body = await self._json(request)
+        if isinstance(body, web.Response):
+            return body
+        user, text = body.get("user"), body.get("text")
+        if not isinstance(user, str) or not 0 < len(user) <= MAX_USER:
+            return _bad(f"'user' must be a non-empty string of at most {MAX_USER} characters")
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT:
+            return _bad(f"'text' must be a non-empty string of at most {MAX_TEXT} characters")
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and not 0 < len(key) <= 200:
+            return _bad("Idempotency-Key must be 1-200 characters")
+        inbound = Inbound(
+            platform="web",
+            event_id=f"idem:{thread}:{key}" if key else f"msg:{uuid.uuid4()}",
+            thread_key=f"web:{thread}",
+            sender_id=user,
+            sender_name=user,
+            text=text,
+            shared_chat=False,
+            is_operator=user in self._operators,
+            target={"thread": thread},
+        )
+        result = await self.ctx.gateway.submit(inbound)
+        if result.status is SubmitStatus.REFUSED:
+            return _bad("the gateway is shutting down; try again shortly", 503)
+        return web.json_response(
+            {"id": result.message_id, "duplicate": result.status is SubmitStatus.DUPLICATE},
+            status=202,
+        )
+
+    async def get_messages(self, request: web.Request) -> web.Response:
+        thread = self._thread(request)
+        if thread is None:
+            return _bad("thread must be 1-128 characters of A-Z a-z 0-9 . _ -")
+        if not self._authorized(request):
+            return _bad("missing or wrong token (Authorization: Bearer ...)", 401)
+        entries = await self.ctx.store.transcript(f"web:{thread}")
+        messages: list[dict[str, Any]] = [
+            {
+                "role": e.role,
+                "text": e.text,
+                "at": e.at,
+                "sender": e.sender,
+                "messageId": e.message_id,
+                "replyId": e.reply_id,
+                "choices": e.choices,
+                "file": e.file_path,
+            }
+            for e in entries
+        ]
+        live = sorted(self.surface.live.get(thread, {}).values(), key=lambda e: e["at"])
+        for entry in live:
+            messages.append(
+                {
+                    "role": "status",
+                    "text": entry["text"],
+                    "at": entry["at"],
+                    "choices": entry["choices"],
+                    "live": True,
+                }
+            )
+        messages.sort(key=lambda m: m["at"])
+        return web.json_response({"thread": thread, "messages": messages})
+
+    async def post_choice(self, request: web.Request) -> web.Response:
+        thread = self._thread(request)
+        if thread is None:
+            return _bad("thread must be 1-128 characters of A-Z a-z 0-9 . _ -")
+        body = await self._json(request)
+        if isinstance(body, web.Response):
+            return body
+        user, token = body.get("user"), body.get("token")
+        if not isinstance(user, str) or not user or not isinstance(token, str) or not token:
+            return _bad("'user' and 'token' must be non-empty strings")
+        result = await self.ctx.gateway.press(token, user, is_operator=user in self._operators)
+        status = {PressStatus.OK: 200, PressStatus.NOT_YOURS: 403, PressStatus.EXPIRED: 410}
+        return web.json_response(
+            {"status": result.status.value, "text": result.text}, status=status[result.status]
+        )
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        thread = self._thread(request)
+        if thread is None:
+            return _bad("thread must be 1-128 characters of A-Z a-z 0-9 . _ -")
+        if not self._authorized(request):
+            return _bad("missing or wrong token", 401)
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
+        )
+        await response.prepare(request)
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.surface.listeners[thread].add(queue)
+        try:
+            await response.write(b": connected\n\n")
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), timeout=SSE_HEARTBEAT_S)
+                except TimeoutError:
+                    await response.write(b": heartbeat\n\n")
+                    continue
+                if event.get("type") == "closing":
+                    break
+                data = json.dumps(event)
+                await response.write(f"event: {event['type']}\ndata: {data}\n\n".encode())
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.surface.listeners[thread].discard(queue)
+        return response
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,1 @@
+"""jazz-bridge's platform-neutral core: model, store, turns, runners, progress, server, CLI."""

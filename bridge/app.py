@@ -1,0 +1,199 @@
+"""The gateway as one component: provisioning, store, runner, engine, adapters, HTTP server.
+
+``initialize`` does everything that can fail (config sections, the root, accounts, the
+database, the adapters' credentials) before anything is acknowledged; ``start`` recovers
+and opens intake; ``stop`` closes intake, stops runs in flight with a reply to each, and
+releases everything, within the shutdown grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from provisioning.accounts import AccountRegistry
+from provisioning.homes import Homes
+from provisioning.layout import RootInfo, init_root
+from provisioning.repair import repair
+from provisioning.sandbox import resolve_isolation
+
+from .config import CoreSettings
+from .errors import AdapterError
+from .metrics import Metrics
+from .ports import Adapter, AdapterContext, AdapterSpec
+from .runner import CliRunner, RunnerBackend, default_command
+from .server import build_app
+from .store import SqliteStore, Store
+from .turns import Engine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    root: RootInfo
+    homes: Homes
+    registry: AccountRegistry | None
+    isolated: bool
+
+
+def provision(settings: CoreSettings, *, repair_homes: bool = True) -> Provisioned:
+    """Create/repair the root, recreate lost accounts, repair homes. Blocking."""
+    isolated = resolve_isolation(settings.isolation)
+    root = init_root(settings.root, settings.operator_group)
+    registry = None
+    if isolated:
+        registry = AccountRegistry(
+            root.layout,
+            root.operator_gid,
+            (settings.accounts.uid_min, settings.accounts.uid_max),
+        )
+        made = registry.recreate_missing()
+        if made:
+            log.warning("recreated %d conversation account(s) missing from /etc/passwd", len(made))
+    else:
+        reason = "isolation is off" if settings.isolation == "off" else "not running as root"
+        log.warning(
+            "%s: every conversation runs as the gateway's own account; homes are private "
+            "(0700/0600) and not isolated from each other",
+            reason,
+        )
+    if repair_homes:
+        report = repair(root, isolated=isolated, registry=registry, deep=True)
+        if not report.ok:
+            log.warning("start-up repair had failures: %s", report.as_dict())
+    homes = Homes(root, isolated=isolated, registry=registry)
+    return Provisioned(root, homes, registry, isolated)
+
+
+def make_backend(settings: CoreSettings) -> RunnerBackend:
+    cfg = settings.runner
+    if cfg.backend == "daemon":
+        from .runner.daemon import DaemonRunner
+
+        return DaemonRunner(cfg)
+    command, is_reference = default_command(cfg.command)
+    if is_reference:
+        log.warning(
+            "jazz is not on PATH and runner.command is not set: using the bundled reference "
+            "runner (%s), which is NOT an AI; install jazz or set runner.command",
+            " ".join(command),
+        )
+    return CliRunner(command, kill_grace_s=cfg.kill_grace_s)
+
+
+class GatewayApp:
+    def __init__(self, settings: CoreSettings, specs: dict[str, AdapterSpec]) -> None:
+        self.settings = settings
+        self.specs = specs
+        self.metrics = Metrics()
+        self.adapters: list[Adapter] = []
+        self.store: Store | None = None
+        self.engine: Engine | None = None
+        self.web_app: web.Application | None = None
+        self.runner: web.AppRunner | None = None
+        self.site: web.TCPSite | None = None
+        self.provisioned: Provisioned | None = None
+
+    @property
+    def port(self) -> int:
+        assert self.runner is not None
+        for addr in self.runner.addresses:
+            return int(addr[1])
+        raise RuntimeError("server is not listening")
+
+    async def initialize(self) -> None:
+        self.provisioned = await asyncio.to_thread(provision, self.settings)
+        self.store = SqliteStore(self.provisioned.root.layout.database)
+        await self.store.open()
+        backend = make_backend(self.settings)
+        self.engine = Engine(
+            self.settings, self.store, self.provisioned.homes, backend, self.metrics, {}
+        )
+        for section, spec in sorted(self.specs.items()):
+            section_settings = getattr(self.settings, section, None)
+            if section_settings is None or not spec.enabled(section_settings):
+                continue
+            ctx = AdapterContext(
+                settings=section_settings,
+                core=self.settings,
+                gateway=self.engine,
+                store=self.store,
+                metrics=self.metrics,
+            )
+            adapter = spec.factory(ctx)
+            self.adapters.append(adapter)
+            self.engine.surfaces[adapter.surface.name] = adapter.surface
+        if not self.adapters:
+            raise AdapterError("no adapter is enabled: enable [web] or configure Slack/Telegram")
+        self.web_app = build_app(
+            metrics=self.metrics,
+            health=self._health,
+            ready=self._ready,
+            max_body_bytes=self.settings.server.max_body_bytes,
+        )
+        for adapter in self.adapters:
+            adapter.add_routes(self.web_app)
+        for adapter in self.adapters:
+            await adapter.initialize()
+
+    def _health(self) -> dict[str, str | None]:
+        return {a.name: a.health() for a in self.adapters}
+
+    def _ready(self) -> bool:
+        return bool(self.engine and self.engine.started and not self.engine.stopping)
+
+    async def start(self) -> None:
+        assert self.engine is not None and self.web_app is not None
+        await self.engine.start()
+        self.runner = web.AppRunner(self.web_app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        self.site = web.TCPSite(
+            self.runner, self.settings.server.host, self.settings.server.port, reuse_address=True
+        )
+        await self.site.start()
+        for adapter in self.adapters:
+            await adapter.start()
+        log.info(
+            "jazz-bridge listening on http://%s:%d (adapters: %s)",
+            self.settings.server.host,
+            self.port,
+            ", ".join(a.name for a in self.adapters),
+        )
+
+    async def stop(self) -> None:
+        """Stop intake, stop runs in flight (telling their conversations), release all."""
+        grace = self.settings.server.shutdown_grace_s
+        if self.engine is not None:
+            self.engine.stopping = True
+        for adapter in self.adapters:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(adapter.stop(), timeout=2)
+        if self.engine is not None:
+            try:
+                await asyncio.wait_for(self.engine.stop(), timeout=grace)
+            except TimeoutError:
+                log.error("runs did not stop within %.0fs", grace)
+        if self.runner is not None:
+            await self.runner.cleanup()
+        for adapter in self.adapters:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(adapter.shutdown(), timeout=2)
+        if self.store is not None:
+            await self.store.close()
+
+
+async def serve(settings: CoreSettings, specs: dict[str, AdapterSpec], stop: asyncio.Event) -> None:
+    """Run until ``stop`` is set (SIGTERM/SIGINT), then shut down in order."""
+    app = GatewayApp(settings, specs)
+    try:
+        await app.initialize()
+        await app.start()
+        await stop.wait()
+        log.info("stopping: intake closed, stopping runs in flight")
+    finally:
+        await app.stop()

@@ -1,0 +1,236 @@
+"""The ``jazz-bridge`` command line: serve, init, repair, homes, config check.
+
+Each subcommand loads the configuration the same way ``serve`` does, so what an operator
+checks is what the gateway runs with. Errors are one clear line on stderr and exit 2;
+listings take ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import logging.handlers
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from provisioning.errors import ProvisioningError
+
+from .config import CoreSettings, effective_config, load_settings
+from .errors import BridgeError
+from .plugins import load_specs
+from .ports import AdapterSpec
+
+log = logging.getLogger("jazz_bridge")
+
+EXIT_ERROR = 2
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _dump(data: Any) -> None:
+    _out(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def setup_logging(settings: CoreSettings | None, level: str | None = None) -> None:
+    chosen = level or (settings.log.level if settings else "INFO")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if settings is not None and settings.log.file is not None:
+        settings.log.file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(
+            logging.handlers.RotatingFileHandler(
+                settings.log.file,
+                maxBytes=settings.log.max_bytes,
+                backupCount=settings.log.backups,
+                encoding="utf-8",
+            )
+        )
+    logging.basicConfig(
+        level=chosen,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+
+
+def _settings(args: argparse.Namespace, specs: dict[str, AdapterSpec]) -> CoreSettings:
+    settings = load_settings(
+        args.config, adapter_sections={k: s.settings_model for k, s in specs.items()}
+    )
+    updates: dict[str, Any] = {}
+    if getattr(args, "root", None):
+        updates["root"] = Path(args.root)
+    if getattr(args, "operator_group", None):
+        updates["operator_group"] = args.operator_group
+    return settings.model_copy(update=updates) if updates else settings
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def cmd_serve(
+    args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
+) -> int:
+    from .app import serve
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(settings, specs, stop)
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_init(args: argparse.Namespace, settings: CoreSettings, _: dict[str, AdapterSpec]) -> int:
+    from provisioning.layout import init_root
+
+    info = init_root(settings.root, settings.operator_group)
+    data = {
+        "root": str(info.layout.root),
+        "operatorGroup": info.operator_group,
+        "operatorGid": info.operator_gid,
+        "chats": str(info.layout.chats),
+        "personas": str(info.layout.personas),
+        "state": str(info.layout.state),
+    }
+    if args.json:
+        _dump(data)
+    else:
+        _out(f"root {data['root']} ready (operator group {info.operator_group})")
+    return 0
+
+
+def cmd_repair(args: argparse.Namespace, settings: CoreSettings, _: dict[str, AdapterSpec]) -> int:
+    from provisioning.repair import repair
+
+    from .app import provision
+
+    prov = provision(settings, repair_homes=False)
+    report = repair(
+        prov.root, isolated=prov.isolated, registry=prov.registry, deep=args.deep, force=args.force
+    )
+    data = report.as_dict()
+    if args.json:
+        _dump(data)
+    else:
+        _out(
+            f"repaired {data['homes']} home(s): checked {data['checked']}, changed "
+            f"{data['changed']}, skipped {data['skipped']}, failed {data['failed']}"
+        )
+        for err in report.top.errors + report.deep.errors:
+            _out(f"  failed: {err}")
+    return 0 if report.ok else 1
+
+
+def cmd_homes(args: argparse.Namespace, settings: CoreSettings, _: dict[str, AdapterSpec]) -> int:
+    from .app import provision
+
+    if args.homes_cmd == "path":
+        from provisioning import naming
+        from provisioning.layout import Layout
+
+        _out(str(Layout(settings.root.absolute()).home(naming.home_name(args.key))))
+        return 0
+    prov = provision(settings, repair_homes=False)
+    home = prov.homes.ensure(args.key)
+    if args.json:
+        _dump(home.as_dict())
+    else:
+        _out(str(home.path))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace, settings: CoreSettings, _: dict[str, AdapterSpec]) -> int:
+    source = getattr(settings, "_toml_file", None)
+    log.info("configuration is valid (file: %s)", source or "none, defaults and environment")
+    _dump(effective_config(settings))
+    return 0
+
+
+# -- parser ------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="TOML config file (else $JAZZ_BRIDGE_CONFIG or ./jazz-bridge.toml)",
+    )
+    common.add_argument(
+        "--log-level", default=argparse.SUPPRESS, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    root_opt = argparse.ArgumentParser(add_help=False)
+    root_opt.add_argument("--root", help="the shared root (overrides the config's root)")
+
+    parser = argparse.ArgumentParser(
+        prog="jazz-bridge",
+        description="Slack and Telegram gateway to Jazz agents",
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", parents=[common], help="run the gateway")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("init", parents=[common, root_opt], help="create or repair the root")
+    p.add_argument("--operator-group", help="the operators' group (default: the root's group)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("repair", parents=[common, root_opt], help="repair modes and owners")
+    p.add_argument("--deep", action="store_true", help="also walk every home")
+    p.add_argument("--force", action="store_true", help="walk even homes already repaired")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_repair)
+
+    homes = sub.add_parser("homes", help="conversation homes")
+    hs = homes.add_subparsers(dest="homes_cmd", required=True)
+    for name, help_text in (
+        ("ensure", "create or repair the home of a thread key"),
+        ("path", "print the home's path"),
+    ):
+        p = hs.add_parser(name, parents=[common, root_opt], help=help_text)
+        p.add_argument("key", help="thread key, e.g. slack:T0TEAM:C0CHAN:1764669600.000100")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=cmd_homes)
+
+    cfg = sub.add_parser("config", help="configuration")
+    cs = cfg.add_subparsers(dest="config_cmd", required=True)
+    p = cs.add_parser("check", parents=[common], help="validate and print the effective config")
+    p.set_defaults(func=cmd_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "config"):
+        args.config = None
+    setup_logging(None, getattr(args, "log_level", None))
+    try:
+        specs = load_specs()
+        settings = _settings(args, specs)
+        setup_logging(settings, getattr(args, "log_level", None))
+        code: int = args.func(args, settings, specs)
+        return code
+    except (BridgeError, ProvisioningError) as exc:
+        sys.stderr.write(f"jazz-bridge: error: {exc}\n")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""The gateway's configuration: one TOML file, every key overridable from the environment.
+
+Sources, strongest first: ``JAZZ_BRIDGE_<SECTION>__<KEY>`` environment variables, then the
+TOML file (``--config``, ``$JAZZ_BRIDGE_CONFIG``, or ``./jazz-bridge.toml``), then the
+defaults, which are the embedded default: a home under the working directory, SQLite, the
+local web chat on 127.0.0.1. Unknown keys and bad values are refused at start naming the
+key; secrets are ``SecretStr`` and print masked. Adapter sections (``[slack]``,
+``[telegram]``, ``[web]``) are declared by the adapters' specs, not here.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from .errors import ConfigError
+
+ENV_PREFIX = "JAZZ_BRIDGE_"
+CONFIG_ENV = "JAZZ_BRIDGE_CONFIG"
+DEFAULT_CONFIG_FILE = "jazz-bridge.toml"
+DEFAULT_ROOT = "jazz-bridge-home"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8787, ge=0, le=65535)
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    shutdown_grace_s: float = Field(default=8.0, gt=0, le=60)
+
+
+class RunnerSettings(Section):
+    backend: Literal["cli", "daemon"] = "cli"
+    command: list[str] | None = None  # default: `jazz` on PATH, else the reference runner
+    agent: str = "default"
+    approval_policy: Literal["read-only", "low-risk", "high-risk"] = "low-risk"
+    timeout_s: float = Field(default=900.0, gt=0)
+    kill_grace_s: float = Field(default=3.0, ge=0, le=30)
+    events: list[str] = ["tools", "reasoning", "text", "approval", "subagent", "spend"]
+    env_passthrough: list[str] = []
+    extra_env: dict[str, str] = {}
+    daemon_url: str = "http://127.0.0.1:4747"
+    daemon_token: SecretStr | None = None
+    daemon_operator_token: SecretStr | None = None
+    daemon_poll_s: float = Field(default=0.5, gt=0)
+
+
+class LimitsSettings(Section):
+    max_concurrent_runs: int = Field(default=4, ge=1)
+    max_queued_per_conversation: int = Field(default=5, ge=0)
+    daily_cost_usd: float | None = Field(default=None, ge=0)
+    max_attachment_bytes: int = Field(default=20 * 1024 * 1024, ge=0)
+
+
+class ProgressSettings(Section):
+    first_after_s: float = Field(default=1.0, ge=0)
+    still_working_every_s: float = Field(default=60.0, gt=0)
+
+
+class AccountsSettings(Section):
+    uid_min: int = Field(default=70000, ge=1000)
+    uid_max: int = Field(default=79999, ge=1000)
+
+
+class LogSettings(Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    file: Path | None = None
+    max_bytes: int = Field(default=10 * 1024 * 1024, ge=4096)
+    backups: int = Field(default=3, ge=0)
+
+
+class CoreSettings(BaseSettings):
+    """Keys the core owns. Adapter sections are added by :func:`settings_class`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        case_sensitive=False,
+    )
+
+    root: Path = Path(DEFAULT_ROOT)
+    operator_group: str | None = None
+    isolation: Literal["auto", "on", "off"] = "auto"
+    server: ServerSettings = ServerSettings()
+    runner: RunnerSettings = RunnerSettings()
+    limits: LimitsSettings = LimitsSettings()
+    progress: ProgressSettings = ProgressSettings()
+    accounts: AccountsSettings = AccountsSettings()
+    log: LogSettings = LogSettings()
+
+    _toml_file: Path | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = getattr(settings_cls, "_toml_path", None)
+        environ = getattr(settings_cls, "_environ", None)
+        if environ is not None and isinstance(env_settings, EnvSettingsSource):
+            env_settings.env_vars = {k.lower(): v for k, v in environ.items()}
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        return tuple(sources)
+
+    def section(self, name: str) -> Any:
+        return getattr(self, name, None)
+
+
+def settings_class(adapter_sections: Mapping[str, type[BaseModel]]) -> type[CoreSettings]:
+    """CoreSettings plus one optional section per adapter."""
+    fields: dict[str, Any] = {
+        name: (model, model()) for name, model in sorted(adapter_sections.items())
+    }
+    return create_model("Settings", __base__=CoreSettings, **fields)
+
+
+def find_config_file(explicit: Path | None, environ: Mapping[str, str]) -> Path | None:
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ConfigError(f"config file {explicit} does not exist")
+        return explicit
+    from_env = environ.get(CONFIG_ENV)
+    if from_env:
+        path = Path(from_env)
+        if not path.is_file():
+            raise ConfigError(f"{CONFIG_ENV} names {path}, which does not exist")
+        return path
+    local = Path(DEFAULT_CONFIG_FILE)
+    return local if local.is_file() else None
+
+
+SECRET_HINTS = ("token", "secret", "password", "key")
+
+
+def _describe(errors: Iterable[Any], origin: str) -> str:
+    lines = []
+    for err in errors:
+        key = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+        message = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            message = "unknown key"
+        shown = ""
+        if not any(h in key.lower() for h in SECRET_HINTS) and "input" in err:
+            value = err["input"]
+            if isinstance(value, str | int | float | bool) and len(repr(value)) < 80:
+                shown = f" (got {value!r})"
+        lines.append(f"  {key}: {message}{shown}")
+    return f"invalid configuration ({origin}):\n" + "\n".join(lines)
+
+
+def load_settings(
+    config_file: Path | None = None,
+    *,
+    adapter_sections: Mapping[str, type[BaseModel]] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> CoreSettings:
+    """Load and validate the configuration; ConfigError names every bad key."""
+    env = os.environ if environ is None else environ
+    path = find_config_file(config_file, env)
+    cls = settings_class(adapter_sections or {})
+    if path is not None:
+        try:
+            tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    cls._toml_path = path  # type: ignore[attr-defined]
+    origin = f"file {path}, environment {ENV_PREFIX}*" if path else f"environment {ENV_PREFIX}*"
+    cls._environ = env  # type: ignore[attr-defined]
+    try:
+        settings = cls()
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc.errors(), origin)) from None
+    if settings.accounts.uid_min > settings.accounts.uid_max:
+        raise ConfigError("accounts.uid_min must not be above accounts.uid_max")
+    object.__setattr__(settings, "_toml_file", path)
+    return settings
+
+
+def effective_config(settings: CoreSettings) -> dict[str, Any]:
+    """The effective configuration as JSON-able data, secrets masked."""
+    data: dict[str, Any] = settings.model_dump(mode="json")
+    return data

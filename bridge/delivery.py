@@ -1,0 +1,127 @@
+"""Delivering recorded replies through their surfaces, in order, each at most once.
+
+A reply is recorded in the store before it is sent (with its run's outcome, in one
+transaction), marked ``sending`` before the platform call and ``sent`` after it, so after a
+crash every reply not yet sent is sent at start and none that was sent is sent again.
+Transient failures are retried with backoff (honouring a platform's retry-after); a
+permanent one is recorded as failed and logged, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from provisioning.errors import UnsafePathError
+
+from .files import read_in_home
+from .metrics import Metrics
+from .model import Outgoing, ReplyKind, ReplyState
+from .ports import DeliveryError, Surface
+from .store import ReplyRecord, Store
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 6
+MAX_BACKOFF_S = 30.0
+
+
+class Deliverer:
+    def __init__(
+        self,
+        store: Store,
+        surfaces: Mapping[str, Surface],
+        metrics: Metrics,
+        home_path: Callable[[int], Path | None],
+    ) -> None:
+        self.store = store
+        self.surfaces = surfaces
+        self.metrics = metrics
+        self.home_path = home_path
+        self._locks: dict[int, asyncio.Lock] = {}
+        self.closing = False
+
+    def _lock(self, conversation_id: int) -> asyncio.Lock:
+        return self._locks.setdefault(conversation_id, asyncio.Lock())
+
+    async def deliver(self, records: list[ReplyRecord]) -> None:
+        """Send ``records`` in order (one conversation's replies never overtake each other)."""
+        by_conv: dict[int, list[ReplyRecord]] = {}
+        for rec in records:
+            by_conv.setdefault(rec.conversation_id, []).append(rec)
+        await asyncio.gather(*(self._deliver_conv(cid, recs) for cid, recs in by_conv.items()))
+
+    async def _deliver_conv(self, conversation_id: int, records: list[ReplyRecord]) -> None:
+        async with self._lock(conversation_id):
+            for rec in records:
+                current = await self.store.get_reply(rec.id)
+                if current is None or current.state in (ReplyState.SENT, ReplyState.FAILED):
+                    continue
+                await self._deliver_one(current)
+
+    async def _deliver_one(self, rec: ReplyRecord) -> None:
+        surface = self.surfaces.get(rec.target.surface)
+        if surface is None:
+            log.warning(
+                "reply %d is for surface %r, which is not enabled; it stays pending",
+                rec.id,
+                rec.target.surface,
+            )
+            return
+        attempt = rec.attempts
+        while True:
+            attempt += 1
+            await self.store.mark_reply(rec.id, ReplyState.SENDING)
+            try:
+                ref = await self._send(surface, rec)
+            except DeliveryError as exc:
+                if exc.permanent or attempt >= MAX_ATTEMPTS:
+                    await self._failed(rec, str(exc))
+                    return
+                delay = exc.retry_after or min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
+            except (OSError, TimeoutError) as exc:
+                if attempt >= MAX_ATTEMPTS:
+                    await self._failed(rec, f"{type(exc).__name__}: {exc}")
+                    return
+                delay = min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
+            else:
+                await self.store.mark_reply(rec.id, ReplyState.SENT, platform_ref=ref)
+                self.metrics.replies.labels(rec.target.surface, "sent").inc()
+                return
+            if self.closing:
+                await self.store.mark_reply(rec.id, ReplyState.PENDING)
+                return
+            log.info("reply %d: retrying in %.1fs (attempt %d)", rec.id, delay, attempt)
+            self.metrics.replies.labels(rec.target.surface, "retried").inc()
+            await asyncio.sleep(delay)  # backoff between attempts, not synchronisation
+
+    async def _failed(self, rec: ReplyRecord, error: str) -> None:
+        log.error("reply %d to %s could not be delivered: %s", rec.id, rec.target.thread_key, error)
+        self.metrics.replies.labels(rec.target.surface, "failed").inc()
+        await self.store.mark_reply(rec.id, ReplyState.FAILED, error=error)
+
+    async def _send(self, surface: Surface, rec: ReplyRecord) -> str:
+        out = rec.outgoing
+        if out.kind is ReplyKind.ARTIFACT and out.file_path:
+            name = os.path.basename(out.file_path)
+            home = self.home_path(rec.conversation_id)
+            try:
+                if home is None:
+                    raise UnsafePathError("the conversation has no home")
+                data = await asyncio.to_thread(read_in_home, home, out.file_path)
+            except (UnsafePathError, OSError) as exc:
+                notice = Outgoing(kind=ReplyKind.NOTICE, text=f"Artifact `{name}` not sent: {exc}")
+                return await surface.send(rec.target, notice, reply_key=rec.dedupe_key)
+            if surface.capabilities.upload:
+                return await surface.upload(
+                    rec.target, name, data, out.media_type, reply_key=rec.dedupe_key
+                )
+            notice = Outgoing(
+                kind=ReplyKind.NOTICE,
+                text=f"The agent made `{name}` ({len(data):,} bytes); this chat cannot show files.",
+            )
+            return await surface.send(rec.target, notice, reply_key=rec.dedupe_key)
+        return await surface.send(rec.target, out, reply_key=rec.dedupe_key)

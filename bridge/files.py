@@ -1,0 +1,115 @@
+"""Files crossing a home's boundary: attachments saved into it, artifacts read out of it.
+
+Both go through pinned directory descriptors from the home down, with ``O_NOFOLLOW`` at
+every step, so a conversation can't turn "save this download" or "upload this artifact"
+into a write or read outside its own home by planting a link.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from provisioning import pinned
+from provisioning.errors import UnsafePathError
+from provisioning.homes import Home
+from provisioning.modes import HOME_SUBDIR_MODE, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
+
+ATTACHMENT_FILE_MODE = 0o0640  # rw-r-----  conv:O, like the files Jazz writes in a setgid home
+ATTACHMENTS_DIR = "attachments"
+MAX_ARTIFACT_BYTES = 50 * 1024 * 1024
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_filename(name: str, fallback: str = "file") -> str:
+    base = os.path.basename(name.replace("\\", "/"))
+    cleaned = _SAFE.sub("_", base).strip("._")[:120]
+    return cleaned or fallback
+
+
+def save_attachment(home: Home, message_id: int, name: str, data: bytes) -> str:
+    """Write an inbound file into ``workspace/attachments/``; returns its path. Blocking."""
+    uid = home.account.uid
+    gid = home.operator_gid
+    dir_mode = HOME_SUBDIR_MODE if home.isolated else PRIVATE_DIR_MODE
+    file_mode = ATTACHMENT_FILE_MODE if home.isolated else PRIVATE_FILE_MODE
+    filename = f"{message_id}-{safe_filename(name)}"
+    with pinned.opened_dir(home.path) as home_fd:
+        ws = pinned.ensure_dir(home_fd, "workspace", dir_mode, uid, gid)
+        try:
+            att = pinned.ensure_dir(ws, ATTACHMENTS_DIR, dir_mode, uid, gid)
+        finally:
+            os.close(ws)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            n = 0
+            while True:
+                candidate = filename if n == 0 else f"{n}-{filename}"
+                try:
+                    fd = os.open(candidate, flags, file_mode, dir_fd=att)
+                    break
+                except FileExistsError:
+                    n += 1
+                    if n > 100:
+                        raise
+            try:
+                with os.fdopen(fd, "wb", closefd=False) as fh:
+                    fh.write(data)
+                os.fchown(fd, uid, gid)
+                os.fchmod(fd, file_mode)
+            finally:
+                os.close(fd)
+        finally:
+            os.close(att)
+    return str(home.path / "workspace" / ATTACHMENTS_DIR / candidate)
+
+
+def read_in_home(home_path: Path, path: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> bytes:
+    """Read a regular file that lies inside the home, following no link. Blocking.
+
+    Raises UnsafePathError when the path leaves the home, crosses a link, or is not a
+    regular file.
+    """
+    home_real = os.path.realpath(home_path)
+    target = path if os.path.isabs(path) else os.path.join(home_path, path)
+    rel = os.path.relpath(os.path.normpath(target), os.path.normpath(home_path))
+    if rel.startswith("..") or os.path.isabs(rel):
+        # The runner may report a path through the home's real location.
+        rel = os.path.relpath(os.path.normpath(target), home_real)
+        if rel.startswith("..") or os.path.isabs(rel):
+            raise UnsafePathError(f"artifact {path} is outside the conversation's home")
+    parts = [p for p in rel.split(os.sep) if p not in ("", ".")]
+    if not parts:
+        raise UnsafePathError(f"artifact {path} is not a file")
+    fds = [pinned.open_dir(home_path)]
+    try:
+        for part in parts[:-1]:
+            fds.append(pinned.open_dir(part, fds[-1]))
+        try:
+            fd = os.open(
+                parts[-1],
+                os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                dir_fd=fds[-1],
+            )
+        except OSError as exc:
+            raise UnsafePathError(
+                f"artifact {path} cannot be opened safely: {exc.strerror}"
+            ) from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafePathError(f"artifact {path} is not a regular file")
+            if st.st_size > max_bytes:
+                raise UnsafePathError(
+                    f"artifact {path} is {st.st_size} bytes, over the {max_bytes}-byte limit"
+                )
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                return fh.read(max_bytes + 1)[:max_bytes]
+        finally:
+            os.close(fd)
+    finally:
+        for d in fds:
+            os.close(d)

@@ -1,0 +1,56 @@
+"""Prometheus metrics of one gateway instance, on its own registry (tests run several).
+
+prometheus-client is used rather than hand-written exposition: it gets the text format,
+escaping and histogram buckets right and is what scrapers expect.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+RUN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.messages = Counter(
+            "jazz_bridge_messages",
+            "Inbound messages by platform and outcome (accepted, duplicate, denied, ignored).",
+            ["platform", "outcome"],
+            registry=r,
+        )
+        self.auth_failures = Counter(
+            "jazz_bridge_auth_failures",
+            "Requests refused by authentication (bad signature, stale, wrong secret, too big).",
+            ["platform", "reason"],
+            registry=r,
+        )
+        self.runs = Counter(
+            "jazz_bridge_runs", "Finished runs by outcome.", ["outcome"], registry=r
+        )
+        self.run_duration = Histogram(
+            "jazz_bridge_run_duration_seconds",
+            "Duration of runs, start to envelope.",
+            buckets=RUN_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "jazz_bridge_queue_depth", "Messages accepted and waiting for their turn.", registry=r
+        )
+        self.runs_in_flight = Gauge(
+            "jazz_bridge_runs_in_flight", "Runs currently executing.", registry=r
+        )
+        self.replies = Counter(
+            "jazz_bridge_replies",
+            "Replies by surface and result.",
+            ["surface", "result"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return bytes(generate_latest(self.registry))

@@ -1,0 +1,154 @@
+"""The ports between the core and the adapters: what a surface can do, what the core offers.
+
+An adapter is a component (``initialize/start/stop/shutdown``) that registers its HTTP
+routes on the gateway's one aiohttp application, turns platform events into
+:class:`~bridge.model.Inbound` for :meth:`Gateway.submit`, and exposes a :class:`Surface`
+the core replies through. A surface declares its :class:`Capabilities`; the core degrades by
+itself where a surface can't (numbered choices instead of buttons, "still working" lines
+instead of an edited bubble). Adapters are found through the ``jazz_bridge.adapters`` entry
+point group, each an :class:`AdapterSpec`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+from .errors import BridgeError
+from .model import Attachment, Inbound, Outgoing, ReplyTarget
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from .config import CoreSettings
+    from .metrics import Metrics
+    from .store import Store
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    edit: bool = False  # can edit a sent message (progress bubble)
+    buttons: bool = False  # can show buttons bound to opaque tokens
+    upload: bool = False  # can upload files
+    typing: bool = False  # has a typing / status indicator
+    max_length: int = 4000  # characters per message, after conversion
+    edit_interval_s: float = 1.0  # fastest progress edits the platform tolerates
+
+
+class DeliveryError(BridgeError):
+    """A reply could not be delivered. ``permanent`` ones are not retried."""
+
+    def __init__(self, message: str, *, permanent: bool = False, retry_after: float = 0.0):
+        super().__init__(message)
+        self.permanent = permanent
+        self.retry_after = retry_after
+
+
+@runtime_checkable
+class Surface(Protocol):
+    name: str
+    capabilities: Capabilities
+
+    async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
+        """Deliver ``message``; return the platform's reference to it (for edits)."""
+
+    async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
+        """Replace a sent message (progress). Best effort: may be dropped under flood control."""
+
+    async def upload(
+        self,
+        target: ReplyTarget,
+        name: str,
+        data: bytes,
+        media_type: str | None,
+        *,
+        reply_key: str,
+    ) -> str:
+        """Upload a file (an artifact read from inside the home); return its reference."""
+
+    async def typing(self, target: ReplyTarget) -> None:
+        """Show that the agent is working (renewed by the core while a run works)."""
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """Fetch an inbound attachment's bytes (at most ``max_bytes``)."""
+
+
+class SubmitStatus(StrEnum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    REFUSED = "refused"  # the gateway is shutting down: do not ack, let the platform retry
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    status: SubmitStatus
+    message_id: int | None = None
+
+
+class PressStatus(StrEnum):
+    OK = "ok"
+    NOT_YOURS = "not_yours"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True)
+class PressResult:
+    status: PressStatus
+    text: str  # what to tell the presser (a toast, an ephemeral message)
+    resolved: Outgoing | None = None  # how the prompt message should now read
+
+
+class Gateway(Protocol):
+    """What an adapter may ask of the core."""
+
+    async def submit(self, inbound: Inbound) -> SubmitResult:
+        """Persist an inbound message, then schedule it. Ack the platform only after this."""
+
+    async def press(self, token: str, actor_id: str, *, is_operator: bool = False) -> PressResult:
+        """A person pressed a choice."""
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    name: str
+
+    @property
+    def surface(self) -> Surface: ...
+
+    def add_routes(self, app: web.Application) -> None: ...
+
+    async def initialize(self) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    def health(self) -> str | None:
+        """None when healthy, else what is down (shown by /healthz)."""
+
+
+@dataclass(frozen=True)
+class AdapterContext:
+    settings: Any  # the adapter's own section (its settings_model instance)
+    core: CoreSettings
+    gateway: Gateway
+    store: Store
+    metrics: Metrics
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """How the core finds an adapter: declared as an entry point in ``jazz_bridge.adapters``."""
+
+    name: str
+    section: str
+    settings_model: type[BaseModel]
+    factory: Callable[[AdapterContext], Adapter]
+    enabled: Callable[[Any], bool]  # given its settings section: is it switched on?

@@ -1,0 +1,184 @@
+"""Runner prompts (approvals, questions, secrets) as choices bound to the person who asked.
+
+Each prompt gets an opaque, unguessable token; a choice is ``<token>.<code>`` (well under
+Telegram's 64-byte ``callback_data``). Surfaces without buttons show the same choices
+numbered. A secret is never collected in a shared chat: the runner is told
+``unavailable: shared-chat`` at once.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .model import Choice, Outgoing, ReplyKind
+from .store import PromptRecord
+
+SEP = "."
+APPROVE, REJECT, APPROVE_ALL, REJECT_ALL, DECLINE = "y", "n", "ya", "na", "x"
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(12)
+
+
+def split_choice(value: str) -> tuple[str, str]:
+    token, _, code = value.partition(SEP)
+    return token, code
+
+
+@dataclass(frozen=True)
+class Prompt:
+    record: PromptRecord
+    message: Outgoing
+
+
+def from_event(
+    event_type: str,
+    data: dict[str, Any],
+    *,
+    run_id: int,
+    conversation_id: int,
+    requester: str,
+    requester_name: str,
+) -> PromptRecord | None:
+    kind = {
+        "approval_required": "approval",
+        "user_input_required": "input",
+        "user_secret_required": "secret",
+    }.get(event_type)
+    ident = data.get("toolCallId") if kind == "approval" else data.get("requestId")
+    if kind is None or not isinstance(ident, str) or not ident:
+        return None
+    payload = {k: v for k, v in data.items() if k != "type"}
+    payload["requesterName"] = requester_name
+    return PromptRecord(
+        token=new_token(),
+        run_id=run_id,
+        conversation_id=conversation_id,
+        requester=requester,
+        kind=kind,
+        request_id=ident,
+        payload=payload,
+        created_at=time.time(),
+    )
+
+
+def _clip(text: Any, n: int = 1500) -> str:
+    s = str(text or "")
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def message_for(record: PromptRecord, *, others_pending: int, buttons: bool) -> Outgoing:
+    """The prompt as a message with choices (numbered in the text when there are no buttons)."""
+    p = record.payload
+    who = p.get("requesterName") or record.requester
+    choices: list[tuple[str, str, str]] = []
+    if record.kind == "approval":
+        tool = p.get("toolName") or p.get("tool") or "a tool"
+        lines = [f"**Approval needed** for `{tool}` (asked by {who})"]
+        if p.get("message"):
+            lines.append(_clip(p["message"]))
+        if p.get("preview"):
+            lines.append(f"```\n{_clip(p['preview'], 2500)}\n```")
+        choices = [(APPROVE, "Approve", "primary"), (REJECT, "Reject", "danger")]
+        if others_pending:
+            choices += [
+                (APPROVE_ALL, f"Approve all ({others_pending + 1})", "default"),
+                (REJECT_ALL, f"Reject all ({others_pending + 1})", "default"),
+            ]
+    elif record.kind == "input":
+        lines = [f"**Question** for {who}: {_clip(p.get('question'))}"]
+        for i, s in enumerate(p.get("suggestions") or []):
+            if isinstance(s, dict):
+                label = str(s.get("label") or s.get("value") or f"option {i + 1}")[:60]
+                choices.append((f"s{i}", label, "default"))
+        if p.get("allowCustom", True):
+            lines.append("_Or reply with your own answer._")
+        choices.append((DECLINE, "Skip", "default"))
+    else:
+        name = p.get("name") or "a secret"
+        lines = [
+            f"**The agent asks {who} for {name}.** Send it as your next message in this "
+            "private chat (it is passed to the agent and removed from the gateway's records), "
+            "or decline."
+        ]
+        choices = [(DECLINE, "Decline", "danger")]
+    if not buttons:
+        lines.append(
+            "Reply with "
+            + ", ".join(f"**{i}** ({label})" for i, (_, label, _) in enumerate(choices, 1))
+            + "."
+        )
+    return Outgoing(
+        kind=ReplyKind.PROMPT,
+        text="\n\n".join(lines),
+        choices=tuple(
+            Choice(token=f"{record.token}{SEP}{code}", label=label, style=style)
+            for code, label, style in choices
+        )
+        if buttons
+        else (),
+        requester=record.requester,
+    )
+
+
+def codes_for(record: PromptRecord, *, others_pending: int) -> list[str]:
+    """Choice codes in display order (what the numbers of a numbered prompt mean)."""
+    if record.kind == "approval":
+        return [APPROVE, REJECT] + ([APPROVE_ALL, REJECT_ALL] if others_pending else [])
+    if record.kind == "input":
+        n = len([s for s in record.payload.get("suggestions") or [] if isinstance(s, dict)])
+        return [f"s{i}" for i in range(n)] + [DECLINE]
+    return [DECLINE]
+
+
+def frame(record: PromptRecord, code: str, text: str | None = None) -> dict[str, Any]:
+    """The stdin frame that answers ``record`` with choice ``code`` (or free ``text``)."""
+    if record.kind == "approval":
+        return {
+            "type": "approval_decision",
+            "toolCallId": record.request_id,
+            "approved": code in (APPROVE, APPROVE_ALL),
+        }
+    if record.kind == "input":
+        response = ""
+        if text is not None:
+            response = text
+        elif code.startswith("s"):
+            suggestions = [
+                s for s in record.payload.get("suggestions") or [] if isinstance(s, dict)
+            ]
+            try:
+                response = str(suggestions[int(code[1:])].get("value", ""))
+            except (ValueError, IndexError):
+                response = ""
+        return {"type": "user_input_response", "requestId": record.request_id, "response": response}
+    if text is not None:
+        return {"type": "user_secret_response", "requestId": record.request_id, "value": text}
+    return {"type": "user_secret_response", "requestId": record.request_id, "declined": True}
+
+
+def unavailable_secret(record: PromptRecord) -> dict[str, Any]:
+    return {
+        "type": "user_secret_response",
+        "requestId": record.request_id,
+        "unavailable": "shared-chat",
+    }
+
+
+def resolved_text(record: PromptRecord, code: str, actor_name: str, text: str | None) -> str:
+    p = record.payload
+    if record.kind == "approval":
+        tool = p.get("toolName") or "a tool"
+        verdict = "Approved" if code in (APPROVE, APPROVE_ALL) else "Rejected"
+        return f"{verdict} `{tool}` ({actor_name})"
+    if record.kind == "input":
+        if text is not None:
+            return f"Answered by {actor_name}"
+        if code == DECLINE:
+            return f"Skipped by {actor_name}"
+        return f"Answered by {actor_name}: {frame(record, code)['response']}"
+    return f"Secret {'sent' if text is not None else 'declined'} by {actor_name}"

@@ -1,0 +1,15 @@
+"""Runner backends: the CLI (``jazz run --json``) and the Jazz daemon, behind one interface."""
+
+from .base import PROMPT_EVENTS, RunHandle, RunnerBackend, RunnerEvent, RunRequest, RunResult
+from .cli import CliRunner, default_command
+
+__all__ = [
+    "PROMPT_EVENTS",
+    "CliRunner",
+    "RunHandle",
+    "RunRequest",
+    "RunResult",
+    "RunnerBackend",
+    "RunnerEvent",
+    "default_command",
+]

@@ -1,0 +1,89 @@
+"""What every runner backend takes and returns, whatever process or service runs the turn.
+
+The turn engine starts a run with a :class:`RunRequest`, reads :class:`RunnerEvent` from
+the handle while it works, answers prompts through it, and gets one :class:`RunResult`,
+success or failure, never silence.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from provisioning.homes import Home
+from provisioning.sandbox import RunIdentity
+
+PROMPT_EVENTS = frozenset({"approval_required", "user_input_required", "user_secret_required"})
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    home: Home
+    identity: RunIdentity
+    conversation: str  # the Jazz conversation key: "<thread key>#<epoch>"
+    prompt: str
+    agent: str
+    approval_policy: str
+    timeout_s: float
+    events: tuple[str, ...] = ("tools", "reasoning", "text", "approval", "subagent", "spend")
+    attachments: tuple[str, ...] = ()  # paths inside the home
+
+
+@dataclass(frozen=True)
+class RunnerEvent:
+    type: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    ok: bool
+    answer: str = ""
+    code: str | None = None  # envelope code on failure (failed, interrupted, ...) or ours
+    error: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    cost_usd: float = 0.0
+    cost_known: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    duration_ms: int = 0
+    stderr_tail: list[str] = field(default_factory=list)
+    timed_out: bool = False
+    stopped: bool = False
+    flags: dict[str, Any] = field(default_factory=dict)  # truncated, costCapped, ...
+
+
+class RunHandle(abc.ABC):
+    """One run in flight."""
+
+    @abc.abstractmethod
+    def events(self) -> AsyncIterator[RunnerEvent]:
+        """Events in order; ends when the run's event stream ends."""
+
+    @abc.abstractmethod
+    async def answer(self, frame: dict[str, Any]) -> None:
+        """Send a prompt's answer (``approval_decision``, ``user_input_response``, ...)."""
+
+    @abc.abstractmethod
+    async def stop(self, reason: str = "stopped") -> None:
+        """End the run and everything it started."""
+
+    @abc.abstractmethod
+    async def wait(self) -> RunResult:
+        """The outcome, once the run has ended and its processes are gone."""
+
+
+class RunnerBackend(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    async def start(self, request: RunRequest) -> RunHandle: ...
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the backend holds (sessions)."""

@@ -1,0 +1,354 @@
+"""The CLI backend: one ``jazz run --json`` process per message, exactly per the contract.
+
+The chat text goes on stdin (never argv), progress comes as NDJSON on stderr, one envelope
+on stdout. The process runs as the conversation's account (provisioning's run identity),
+in its own session; a timeout (paused while a person is being asked) or ``/stop`` ends it
+with SIGTERM, then SIGKILL for the whole run, including children that left the group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ..errors import RunnerError
+from .base import PROMPT_EVENTS, RunHandle, RunnerBackend, RunnerEvent, RunRequest, RunResult
+from .envelope import parse_envelope
+from .procs import RUN_TAG_ENV, kill_all, signal_group
+
+log = logging.getLogger(__name__)
+
+STDERR_TAIL = 20
+MAX_LINE = 16 * 1024 * 1024  # an envelope (or event) longer than this is not one
+CHUNK = 256 * 1024
+ANSWER_FRAMES = {
+    "approval_decision": "toolCallId",
+    "user_input_response": "requestId",
+    "user_secret_response": "requestId",
+}
+
+
+class CliRunner(RunnerBackend):
+    name = "cli"
+
+    def __init__(self, command: Sequence[str], *, kill_grace_s: float = 3.0) -> None:
+        if not command:
+            raise RunnerError("runner.command is empty")
+        self.command = list(command)
+        self.kill_grace_s = kill_grace_s
+
+    def argv(self, request: RunRequest) -> list[str]:
+        argv = [
+            *self.command,
+            "run",
+            "--json",
+            "--no-tui",
+            "--agent",
+            request.agent,
+            "--conversation",
+            request.conversation,
+            "--approval-policy",
+            request.approval_policy,
+            "--events",
+            ",".join(request.events),
+            "--interactive-stdin",
+            "--input-stdin",
+            "--timeout",
+            str(int(request.timeout_s * 1000)),
+        ]
+        return argv
+
+    async def start(self, request: RunRequest) -> RunHandle:
+        tag = secrets.token_hex(12)
+        kwargs = request.identity.popen_kwargs()
+        kwargs["env"] = {**kwargs["env"], RUN_TAG_ENV: tag}
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.argv(request),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                **kwargs,
+            )
+        except (FileNotFoundError, PermissionError) as exc:
+            raise RunnerError(
+                f"cannot start the runner {self.command[0]!r}: {exc.strerror}; check runner.command"
+            ) from exc
+        handle = CliRunHandle(proc, request, tag, self.kill_grace_s)
+        await handle.begin()
+        return handle
+
+
+class CliRunHandle(RunHandle):
+    def __init__(
+        self, proc: asyncio.subprocess.Process, request: RunRequest, tag: str, grace: float
+    ) -> None:
+        self.proc = proc
+        self.request = request
+        self.tag = tag
+        self.grace = grace
+        self.started = time.monotonic()
+        self._events: asyncio.Queue[RunnerEvent | None] = asyncio.Queue()
+        self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._envelope: str | None = None
+        self._garbage = False
+        self._pending: set[str] = set()  # prompt ids waiting for a person
+        self._active_s = 0.0  # run time not spent waiting for a person
+        self._active_since: float | None = time.monotonic()
+        self._stop_reason: str | None = None
+        self._timed_out = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._result: RunResult | None = None
+        self._done = asyncio.Event()
+        self._stdin_lock = asyncio.Lock()
+
+    async def begin(self) -> None:
+        first = json.dumps({"prompt": self.request.prompt, **self._attachments()}) + "\n"
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(first.encode())
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self._tasks = [
+            asyncio.create_task(self._read_stderr(), name="runner-stderr"),
+            asyncio.create_task(self._read_stdout(), name="runner-stdout"),
+            asyncio.create_task(self._watchdog(), name="runner-watchdog"),
+        ]
+        self._finisher = asyncio.create_task(self._finish(), name="runner-finish")
+
+    def _attachments(self) -> dict[str, Any]:
+        if not self.request.attachments:
+            return {}
+        return {"attachments": list(self.request.attachments)}
+
+    # -- streams ----------------------------------------------------------------------------
+
+    async def _lines(self, stream: asyncio.StreamReader) -> AsyncIterator[bytes]:
+        """Lines of a stream, each capped at MAX_LINE (an overlong line is dropped whole)."""
+        buf = bytearray()
+        overflow = False
+        while True:
+            chunk = await stream.read(CHUNK)
+            if not chunk:
+                break
+            start = 0
+            while True:
+                nl = chunk.find(b"\n", start)
+                if nl < 0:
+                    if not overflow:
+                        buf += chunk[start:]
+                        if len(buf) > MAX_LINE:
+                            buf.clear()
+                            overflow = True
+                    break
+                if not overflow:
+                    buf += chunk[start:nl]
+                    yield bytes(buf)
+                buf.clear()
+                overflow = False
+                start = nl + 1
+        if buf and not overflow:
+            yield bytes(buf)
+
+    async def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        try:
+            async for raw in self._lines(self.proc.stderr):
+                line = raw.decode("utf-8", "replace").strip()
+                if not line:
+                    continue
+                event = _event(line)
+                if event is None:
+                    self._stderr_tail.append(line[:500])
+                    continue
+                if event.type in PROMPT_EVENTS:
+                    ident = event.data.get("toolCallId") or event.data.get("requestId")
+                    if isinstance(ident, str):
+                        self._pending.add(ident)
+                        self._pause()
+                elif event.type == "error":
+                    message = event.data.get("message") or event.data.get("error")
+                    if isinstance(message, str):
+                        self._stderr_tail.append(message[:500])
+                await self._events.put(event)
+        finally:
+            await self._events.put(None)
+
+    async def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        async for raw in self._lines(self.proc.stdout):
+            line = raw.decode("utf-8", "replace").strip()
+            if line.startswith("{"):
+                self._envelope = line
+                self._garbage = False
+            elif line and self._envelope is None:
+                self._garbage = True
+
+    # -- timeout, paused while a person is asked --------------------------------------------
+
+    def _pause(self) -> None:
+        if self._active_since is not None:
+            self._active_s += time.monotonic() - self._active_since
+            self._active_since = None
+
+    def _resume(self) -> None:
+        if self._active_since is None and not self._pending:
+            self._active_since = time.monotonic()
+
+    def active_seconds(self) -> float:
+        running = time.monotonic() - self._active_since if self._active_since else 0.0
+        return self._active_s + running
+
+    async def _watchdog(self) -> None:
+        # The runner gets the timeout too; ours is the backstop a little after it.
+        limit = self.request.timeout_s + max(2.0, self.grace)
+        while self.proc.returncode is None:
+            left = limit - self.active_seconds()
+            if left <= 0:
+                self._timed_out = True
+                await self.stop("timeout")
+                return
+            await asyncio.sleep(min(left, 0.5) if self._active_since else 0.5)
+
+    # -- control ----------------------------------------------------------------------------
+
+    def events(self) -> AsyncIterator[RunnerEvent]:
+        return self._iter_events()
+
+    async def _iter_events(self) -> AsyncIterator[RunnerEvent]:
+        while True:
+            event = await self._events.get()
+            if event is None:
+                return
+            yield event
+
+    async def answer(self, frame: dict[str, Any]) -> None:
+        ident = frame.get(ANSWER_FRAMES.get(str(frame.get("type")), ""))
+        data = (json.dumps(frame) + "\n").encode()
+        async with self._stdin_lock:
+            stdin = self.proc.stdin
+            if stdin is None or stdin.is_closing():
+                return
+            try:
+                stdin.write(data)
+                await stdin.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                return
+        if isinstance(ident, str):
+            self._pending.discard(ident)
+            self._resume()
+
+    async def stop(self, reason: str = "stopped") -> None:
+        if self.proc.returncode is not None:
+            return
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        pgid = self.proc.pid
+        signal_group(pgid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), timeout=self.grace)
+        except TimeoutError:
+            log.warning("runner pid %d ignored SIGTERM for %.1fs; killing it", pgid, self.grace)
+        await self._sweep()
+
+    async def _sweep(self) -> None:
+        uid = self.request.identity.uid
+        left = await asyncio.to_thread(kill_all, self.tag, uid, self.proc.pid)
+        if left:
+            log.error("processes %s of a run survived SIGKILL", left)
+
+    async def _finish(self) -> None:
+        try:
+            await self.proc.wait()
+            # the run is over: nothing it started may linger (children that called setsid)
+            await self._sweep()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.gather(*self._tasks[:2]), timeout=5)
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self._result = self._build_result()
+        finally:
+            self._done.set()
+
+    def _build_result(self) -> RunResult:
+        duration_ms = int((time.monotonic() - self.started) * 1000)
+        result = parse_envelope(
+            self._envelope,
+            exit_code=self.proc.returncode,
+            stderr_tail=list(self._stderr_tail),
+            duration_ms=duration_ms,
+            garbage=self._garbage,
+        )
+        if self._timed_out:
+            limit = self.request.timeout_s
+            return _replace(
+                result,
+                ok=False,
+                code="timeout",
+                error=f"the run took longer than {limit:g}s and was stopped",
+                timed_out=True,
+            )
+        if self._stop_reason is not None:
+            return _replace(
+                result,
+                ok=False,
+                code="interrupted",
+                stopped=True,
+                error=result.error or self._stop_reason,
+            )
+        return result
+
+    async def wait(self) -> RunResult:
+        await self._done.wait()
+        assert self._result is not None
+        return self._result
+
+
+def _event(line: str) -> RunnerEvent | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        return None
+    return RunnerEvent(type=data["type"], data=data)
+
+
+def _replace(result: RunResult, **changes: Any) -> RunResult:
+    from dataclasses import replace
+
+    return replace(result, **changes)
+
+
+def default_command(configured: Sequence[str] | None) -> tuple[list[str], bool]:
+    """The runner command: configured, else ``jazz`` on PATH, else the reference runner.
+
+    Returns ``(argv, is_reference)``.
+    """
+    import shutil
+    import sys
+
+    if configured:
+        return list(configured), False
+    jazz = shutil.which("jazz")
+    if jazz:
+        return [jazz], False
+    ref = shutil.which("jazz-reference-runner", path=os.path.dirname(sys.executable))
+    if ref:
+        return [ref], True
+    return [sys.executable, "-m", "bridge.reference_runner"], True

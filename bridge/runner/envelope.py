@@ -1,0 +1,101 @@
+"""Reading the runner's stdout envelope (RUNNER-CONTRACT.md): the last line starting ``{``.
+
+A run that printed no envelope, garbage, or an envelope of the wrong shape becomes a
+failure with the exit code and a short reason a person can act on, never silence.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .base import RunResult
+
+EXIT_MEANINGS = {
+    0: "answer produced",
+    1: "failure or no usable answer",
+    2: "parked, waiting for a person",
+    130: "interrupted (SIGINT)",
+    143: "interrupted (SIGTERM)",
+}
+
+
+def _num(value: Any, default: float = 0.0) -> float:
+    return (
+        float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+    )
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def parse_envelope(
+    line: str | None,
+    *,
+    exit_code: int | None,
+    stderr_tail: list[str],
+    duration_ms: int,
+    garbage: bool = False,
+) -> RunResult:
+    """Build the RunResult from the envelope line (or its absence)."""
+    base: dict[str, Any] = {
+        "exit_code": exit_code,
+        "stderr_tail": stderr_tail,
+        "duration_ms": duration_ms,
+    }
+    if line is None:
+        what = "printed something that is not an envelope" if garbage else "printed no envelope"
+        meaning = EXIT_MEANINGS.get(exit_code or 0, "crashed") if exit_code is not None else ""
+        reason = f"the runner {what} (exit code {exit_code}{', ' + meaning if meaning else ''})"
+        return RunResult(ok=False, code="no_envelope", error=reason, **base)
+    try:
+        env = json.loads(line)
+        if not isinstance(env, dict) or not isinstance(env.get("ok"), bool):
+            raise ValueError("no boolean 'ok'")
+    except ValueError as exc:
+        return RunResult(
+            ok=False,
+            code="bad_envelope",
+            error=f"the runner's envelope is not valid ({exc}; exit code {exit_code})",
+            **base,
+        )
+    raw_usage = env.get("tokenUsage")
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+    tool_calls = [c for c in env.get("toolCalls") or [] if isinstance(c, dict)]
+    artifacts = [a for a in env.get("artifacts") or [] if isinstance(a, dict)]
+    flags = {
+        k: env[k]
+        for k in (
+            "finishReason",
+            "truncated",
+            "iterationLimited",
+            "toolsDisabled",
+            "costCapped",
+            "tokenCapped",
+            "durationCapped",
+        )
+        if k in env
+    }
+    common: dict[str, Any] = {
+        "cost_usd": _num(env.get("costUSD")),
+        "cost_known": env.get("costKnown") is True,
+        "prompt_tokens": _int(usage.get("promptTokens")),
+        "completion_tokens": _int(usage.get("completionTokens")),
+        "total_tokens": _int(usage.get("totalTokens")),
+        "tool_calls": tool_calls,
+        "artifacts": artifacts,
+        "flags": flags,
+        "signal": env.get("signal") if isinstance(env.get("signal"), str) else None,
+        **base,
+    }
+    if env["ok"]:
+        answer = env.get("answer")
+        if not isinstance(answer, str) or not answer.strip():
+            return RunResult(
+                ok=False, code="empty_response", error="the agent gave an empty answer", **common
+            )
+        return RunResult(ok=True, answer=answer, **common)
+    code = env.get("code") if isinstance(env.get("code"), str) else "failed"
+    error = env.get("error") if isinstance(env.get("error"), str) else None
+    return RunResult(ok=False, code=code, error=error or code, **common)

@@ -1,0 +1,271 @@
+"""The durable store's interface: what the turn engine and the adapters may ask of state.
+
+SQLite implements it (:mod:`bridge.store.sqlite`); a PostgreSQL store for several gateway
+replicas can implement the same methods later. Every method is async: implementations do
+their blocking I/O off the event loop. Each method that changes several rows does so in one
+transaction, so after a crash the state is before or after it, never between.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import BridgeError
+from ..model import Inbound, InboxState, Outgoing, ReplyState, ReplyTarget
+
+
+class StoreError(BridgeError):
+    """The store cannot be opened, read or written."""
+
+
+class StoreSchemaTooNew(StoreError):
+    """The database was written by a newer jazz-bridge; it is refused and left untouched."""
+
+
+@dataclass(frozen=True)
+class ConversationRecord:
+    id: int
+    thread_key: str
+    platform: str
+    home: str  # the home directory's name under chats/
+    epoch: int  # bumped by /new; the Jazz conversation id is "<thread key>#<epoch>"
+    created_at: float
+    last_active_at: float
+    target: dict[str, Any]  # the last reply context the adapter gave
+
+
+@dataclass(frozen=True)
+class MessageRecord:
+    id: int
+    conversation_id: int
+    platform: str
+    event_id: str
+    thread_key: str
+    sender_id: str
+    sender_name: str | None
+    text: str
+    attachments: list[dict[str, Any]]
+    shared_chat: bool
+    is_operator: bool
+    is_command: bool
+    target: dict[str, Any]
+    state: InboxState
+    received_at: float
+    started_at: float | None
+    finished_at: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    ok: bool
+    exit_code: int | None
+    envelope_code: str | None
+    error: str | None = None
+    cost_usd: float = 0.0
+    cost_known: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    duration_ms: int = 0
+    tool_count: int = 0
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: int
+    conversation_id: int
+    message_id: int
+    requester: str
+    epoch: int
+    started_at: float
+    finished_at: float | None
+    outcome: RunOutcome | None  # None while the run is in flight
+
+
+@dataclass(frozen=True)
+class NewReply:
+    """A reply to record. ``dedupe_key`` is unique: recording it twice returns the first."""
+
+    dedupe_key: str
+    conversation_id: int
+    outgoing: Outgoing
+    target: ReplyTarget
+    message_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ReplyRecord:
+    id: int
+    dedupe_key: str
+    conversation_id: int
+    message_id: int | None
+    outgoing: Outgoing
+    target: ReplyTarget
+    state: ReplyState
+    attempts: int
+    created_at: float
+    sent_at: float | None
+    platform_ref: str | None
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    token: str  # opaque, unguessable; what a button carries
+    run_id: int
+    conversation_id: int
+    requester: str
+    kind: str  # approval | input | secret
+    request_id: str  # toolCallId or requestId from the runner
+    payload: dict[str, Any] = field(default_factory=dict)
+    state: str = "pending"  # pending | answered | expired
+    created_at: float = 0.0
+    answered_at: float | None = None
+    answer: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class TranscriptEntry:
+    """One line of a thread as a person saw it (the web chat reads these)."""
+
+    role: str  # user | assistant | status | prompt | error
+    text: str
+    at: float
+    sender: str | None = None
+    message_id: int | None = None
+    reply_id: int | None = None
+    choices: list[dict[str, Any]] = field(default_factory=list)
+    file_path: str | None = None
+
+
+class Store(abc.ABC):
+    """Durable state. See the module docstring."""
+
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    # -- intake -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def accept(
+        self, inbound: Inbound, *, home: str, is_command: bool
+    ) -> tuple[MessageRecord, bool]:
+        """Persist an inbound message (and its conversation) durably.
+
+        Returns ``(record, True)`` when new; ``(existing record, False)`` when this
+        ``(platform, event_id)`` was already accepted (a redelivery).
+        """
+
+    @abc.abstractmethod
+    async def get_message(self, message_id: int) -> MessageRecord | None: ...
+
+    @abc.abstractmethod
+    async def messages_in_state(self, state: InboxState) -> list[MessageRecord]:
+        """Messages in ``state``, oldest first (recovery)."""
+
+    @abc.abstractmethod
+    async def count_in_state(self, conversation_id: int, state: InboxState) -> int: ...
+
+    @abc.abstractmethod
+    async def complete_message(
+        self, message_id: int, state: InboxState, replies: list[NewReply], error: str | None = None
+    ) -> list[ReplyRecord]:
+        """Set a message's final state and record its replies, in one transaction."""
+
+    @abc.abstractmethod
+    async def redact_message(self, message_id: int, text: str = "[redacted]") -> None:
+        """Replace a message's stored text (a secret typed in a private chat)."""
+
+    # -- conversations ----------------------------------------------------------------------
+    @abc.abstractmethod
+    async def conversation(self, conversation_id: int) -> ConversationRecord | None: ...
+
+    @abc.abstractmethod
+    async def conversation_by_key(self, thread_key: str) -> ConversationRecord | None: ...
+
+    @abc.abstractmethod
+    async def conversations(self) -> list[ConversationRecord]: ...
+
+    @abc.abstractmethod
+    async def new_epoch(self, conversation_id: int) -> int:
+        """Start a fresh Jazz conversation in the same home; returns the new epoch."""
+
+    # -- runs -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def start_run(self, message_id: int, requester: str, epoch: int) -> RunRecord:
+        """Mark the message running and record a run, in one transaction."""
+
+    @abc.abstractmethod
+    async def finish_run(
+        self,
+        run_id: int,
+        outcome: RunOutcome,
+        message_state: InboxState,
+        replies: list[NewReply],
+    ) -> list[ReplyRecord]:
+        """Record the outcome, the message's final state and its replies, in one transaction."""
+
+    @abc.abstractmethod
+    async def runs(self, conversation_id: int, limit: int = 20) -> list[RunRecord]:
+        """Newest first."""
+
+    @abc.abstractmethod
+    async def cost_since(self, since: float) -> tuple[float, int]:
+        """(sum of known costUSD, number of unpriced runs) of runs finished since ``since``."""
+
+    # -- replies ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def add_replies(self, replies: list[NewReply]) -> list[ReplyRecord]:
+        """Record replies (existing dedupe keys return the existing record), in order."""
+
+    @abc.abstractmethod
+    async def mark_reply(
+        self,
+        reply_id: int,
+        state: ReplyState,
+        *,
+        platform_ref: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Move a reply to ``state``; SENDING also counts an attempt."""
+
+    @abc.abstractmethod
+    async def undelivered_replies(self) -> list[ReplyRecord]:
+        """Replies PENDING or SENDING, oldest first (recovery)."""
+
+    @abc.abstractmethod
+    async def get_reply(self, reply_id: int) -> ReplyRecord | None: ...
+
+    @abc.abstractmethod
+    async def transcript(self, thread_key: str, limit: int = 500) -> list[TranscriptEntry]:
+        """A thread's user messages and replies in the order they happened."""
+
+    # -- prompts ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def add_prompts(self, prompts: list[PromptRecord]) -> None: ...
+
+    @abc.abstractmethod
+    async def get_prompt(self, token: str) -> PromptRecord | None: ...
+
+    @abc.abstractmethod
+    async def resolve_prompt(self, token: str, answer: dict[str, Any]) -> bool:
+        """pending -> answered atomically; False when it was not pending (stale, answered)."""
+
+    @abc.abstractmethod
+    async def expire_prompts(self, run_id: int | None = None) -> int:
+        """pending -> expired for one run (or all runs, at start); returns how many."""
+
+    @abc.abstractmethod
+    async def pending_prompts(self, conversation_id: int) -> list[PromptRecord]: ...
+
+    # -- small adapter state ----------------------------------------------------------------
+    @abc.abstractmethod
+    async def get_kv(self, key: str) -> str | None: ...
+
+    @abc.abstractmethod
+    async def set_kv(self, key: str, value: str) -> None: ...

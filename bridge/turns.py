@@ -1,0 +1,730 @@
+"""The turn engine: one run at a time per conversation, commands at once, nothing lost.
+
+Intake persists first (``submit`` returns only after the inbox write, so an adapter acks
+the platform after it). Commands are answered at once; other messages wait FIFO behind
+their conversation's run, within a bound, and behind a global cap on runs in flight. A run
+starts as the conversation's account; its events become progress and prompts; its outcome
+and replies are recorded in one transaction and then delivered. At start, messages that
+never ran are run, runs that died with the process get one "interrupted" reply, and
+undelivered replies are delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from provisioning import naming
+from provisioning.errors import ProvisioningError
+from provisioning.homes import Home, Homes
+from provisioning.sandbox import DEFAULT_ENV_ALLOWLIST, run_identity
+
+from . import prompts as P
+from .commands import HELP_TEXT, Command, ParsedCommand, parse_command
+from .config import CoreSettings
+from .delivery import Deliverer
+from .errors import RunnerError
+from .files import save_attachment
+from .markdown import split_markdown
+from .metrics import Metrics
+from .model import Attachment, Choice, Inbound, InboxState, Outgoing, ReplyKind, ReplyTarget
+from .ports import (
+    DeliveryError,
+    PressResult,
+    PressStatus,
+    SubmitResult,
+    SubmitStatus,
+    Surface,
+)
+from .progress import ProgressState, cost_text, summary
+from .runner import RunHandle, RunnerBackend, RunRequest, RunResult
+from .runner.base import PROMPT_EVENTS
+from .store import MessageRecord, NewReply, PromptRecord, RunOutcome, Store
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED_TEXT = (
+    "⚠️ Your message was interrupted before it was answered (the gateway stopped or "
+    "restarted). Please send it again."
+)
+SHUTDOWN_TEXT = (
+    "⚠️ The gateway is shutting down, so this run was stopped before it finished. "
+    "Please send your message again in a minute."
+)
+TYPING_EVERY_S = 4.0
+
+
+@dataclass
+class ActiveRun:
+    message: MessageRecord
+    run_id: int
+    target: ReplyTarget
+    handle: RunHandle | None = None
+    progress: ProgressState = field(default_factory=ProgressState)
+    prompts: dict[str, PromptRecord] = field(default_factory=dict)  # token -> pending
+    stop_token: str = field(default_factory=P.new_token)
+    stopped_by: str | None = None
+    shutdown: bool = False
+    bubble_ref: str | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class ConversationSlot:
+    queue: deque[int] = field(default_factory=deque)
+    worker: asyncio.Task[None] | None = None
+    active: ActiveRun | None = None
+    home: Home | None = None
+
+
+class Engine:
+    """The core's :class:`~bridge.ports.Gateway`."""
+
+    def __init__(
+        self,
+        settings: CoreSettings,
+        store: Store,
+        homes: Homes,
+        backend: RunnerBackend,
+        metrics: Metrics,
+        surfaces: Mapping[str, Surface],
+        *,
+        operators: Callable[[str, str], bool] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.homes = homes
+        self.backend = backend
+        self.metrics = metrics
+        self.surfaces = dict(surfaces)
+        self.deliverer = Deliverer(store, self.surfaces, metrics, self._home_path)
+        self._slots: dict[int, ConversationSlot] = {}
+        self._home_names: dict[int, str] = {}
+        self._runs_sem = asyncio.Semaphore(settings.limits.max_concurrent_runs)
+        self._in_flight = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stop_tokens: dict[str, ActiveRun] = {}
+        self.stopping = False
+        self.started = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task %s failed", task.get_name(), exc_info=task.exception())
+
+    async def start(self) -> None:
+        """Recover: expire stale prompts, answer interrupted runs, deliver, requeue."""
+        expired = await self.store.expire_prompts(None)
+        if expired:
+            log.info("expired %d prompt(s) left from before the restart", expired)
+        for msg in await self.store.messages_in_state(InboxState.RUNNING):
+            await self._interrupt(msg, INTERRUPTED_TEXT)
+        pending = await self.store.undelivered_replies()
+        if pending:
+            log.info("delivering %d reply(ies) left undelivered", len(pending))
+            for rec in pending:
+                self._home_names.setdefault(rec.conversation_id, "")
+            self._spawn(self.deliverer.deliver(pending), "recover-delivery")
+        accepted = await self.store.messages_in_state(InboxState.ACCEPTED)
+        for msg in accepted:
+            self._dispatch(msg)
+        if accepted:
+            log.info("requeued %d message(s) accepted before the restart", len(accepted))
+        self.started = True
+
+    async def _interrupt(self, msg: MessageRecord, text: str) -> None:
+        for run in await self.store.runs(msg.conversation_id, limit=50):
+            if run.message_id == msg.id and run.outcome is None:
+                outcome = RunOutcome(
+                    ok=False,
+                    exit_code=None,
+                    envelope_code="interrupted",
+                    error="the gateway stopped during the run",
+                )
+                await self.store.finish_run(run.id, outcome, InboxState.INTERRUPTED, [])
+        records = await self.store.complete_message(
+            msg.id,
+            InboxState.INTERRUPTED,
+            [self._reply(msg, f"interrupted:{msg.id}", Outgoing(ReplyKind.NOTICE, text))],
+            error="interrupted",
+        )
+        await self.deliverer.deliver(records)
+
+    async def stop(self) -> None:
+        """Stop intake, tell every conversation with a run in flight, stop those runs."""
+        self.stopping = True
+        active = [s.active for s in self._slots.values() if s.active is not None]
+        for run in active:
+            run.shutdown = True
+        await asyncio.gather(
+            *(run.handle.stop("shutdown") for run in active if run.handle is not None),
+            return_exceptions=True,
+        )
+        # Let the turns record their "stopped" replies, then stop everything else.
+        workers = [s.worker for s in self._slots.values() if s.worker is not None]
+        waits = [run.done.wait() for run in active]
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waits), timeout=5)
+        self.deliverer.closing = True
+        for task in [*workers, *self._tasks]:
+            task.cancel()
+        await asyncio.gather(*workers, *list(self._tasks), return_exceptions=True)
+        await self.backend.close()
+
+    # -- intake -------------------------------------------------------------------------------
+
+    async def submit(self, inbound: Inbound) -> SubmitResult:
+        if self.stopping:
+            return SubmitResult(SubmitStatus.REFUSED)
+        home = naming.home_name(inbound.thread_key)
+        command = parse_command(inbound.text)
+        record, created = await self.store.accept(inbound, home=home, is_command=bool(command))
+        if not created:
+            self.metrics.messages.labels(inbound.platform, "duplicate").inc()
+            return SubmitResult(SubmitStatus.DUPLICATE, record.id)
+        self.metrics.messages.labels(inbound.platform, "accepted").inc()
+        self._home_names[record.conversation_id] = home
+        if self.started:
+            self._dispatch(record)
+        return SubmitResult(SubmitStatus.ACCEPTED, record.id)
+
+    def _slot(self, conversation_id: int) -> ConversationSlot:
+        return self._slots.setdefault(conversation_id, ConversationSlot())
+
+    def _dispatch(self, msg: MessageRecord) -> None:
+        command = parse_command(msg.text) if msg.is_command else None
+        if command is not None:
+            self._spawn(self._command(msg, command), f"command-{msg.id}")
+            return
+        slot = self._slot(msg.conversation_id)
+        if slot.active is not None and self._answers_prompt(slot.active, msg):
+            self._spawn(self._typed_answer(slot.active, msg), f"answer-{msg.id}")
+            return
+        limit = self.settings.limits.max_queued_per_conversation
+        if len(slot.queue) >= limit and (slot.active is not None or slot.queue):
+            text = (
+                f"⏸️ {len(slot.queue)} messages are already waiting in this conversation (the "
+                f"limit is {limit}). This one was not queued: send it again when the agent "
+                "has caught up."
+            )
+            self._spawn(
+                self._finish_message(msg, InboxState.FAILED, "overflow", text), f"overflow-{msg.id}"
+            )
+            return
+        slot.queue.append(msg.id)
+        self.metrics.queue_depth.inc()
+        if slot.active is not None:
+            text = (
+                f"🕐 Queued: the agent is still working on an earlier message; this one is "
+                f"number {len(slot.queue)} in line."
+            )
+            self._spawn(self._notice(msg, f"queued:{msg.id}", text), f"queued-{msg.id}")
+        if slot.worker is None or slot.worker.done():
+            slot.worker = asyncio.create_task(
+                self._work(msg.conversation_id), name=f"conversation-{msg.conversation_id}"
+            )
+
+    async def _work(self, conversation_id: int) -> None:
+        slot = self._slot(conversation_id)
+        while slot.queue and not self.stopping:
+            message_id = slot.queue.popleft()
+            self.metrics.queue_depth.dec()
+            try:
+                await self._turn(slot, message_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("turn for message %d failed unexpectedly", message_id)
+        slot.worker = None
+
+    # -- replies ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _target(msg: MessageRecord) -> ReplyTarget:
+        return ReplyTarget(surface=msg.platform, thread_key=msg.thread_key, context=msg.target)
+
+    def _reply(self, msg: MessageRecord, key: str, out: Outgoing) -> NewReply:
+        return NewReply(
+            dedupe_key=key,
+            conversation_id=msg.conversation_id,
+            outgoing=out,
+            target=self._target(msg),
+            message_id=msg.id,
+        )
+
+    async def _notice(self, msg: MessageRecord, key: str, text: str) -> None:
+        records = await self.store.add_replies(
+            [self._reply(msg, key, Outgoing(ReplyKind.NOTICE, text))]
+        )
+        await self.deliverer.deliver(records)
+
+    async def _finish_message(
+        self, msg: MessageRecord, state: InboxState, key: str, text: str
+    ) -> None:
+        records = await self.store.complete_message(
+            msg.id, state, [self._reply(msg, f"{key}:{msg.id}", Outgoing(ReplyKind.NOTICE, text))]
+        )
+        await self.deliverer.deliver(records)
+
+    def _home_path(self, conversation_id: int) -> Path | None:
+        slot = self._slots.get(conversation_id)
+        if slot is not None and slot.home is not None:
+            return slot.home.path
+        name = self._home_names.get(conversation_id)
+        return self.homes.root.layout.home(name) if name else None
+
+    # -- commands -----------------------------------------------------------------------------
+
+    async def _command(self, msg: MessageRecord, parsed: ParsedCommand) -> None:
+        slot = self._slot(msg.conversation_id)
+        command = parsed.command
+        if command in (Command.HELP, Command.START):
+            text = HELP_TEXT
+        elif command is Command.NEW:
+            epoch = await self.store.new_epoch(msg.conversation_id)
+            text = (
+                f"🆕 Started a fresh conversation (#{epoch}): the agent won't remember earlier "
+                "messages. Files in this conversation's home stay."
+            )
+            if slot.active is not None:
+                text += " The run in progress finishes in the old conversation."
+        elif command is Command.STATUS:
+            text = await self._status_text(msg, slot)
+        else:
+            text = await self._stop_command(msg, slot)
+        await self._finish_message(msg, InboxState.DONE, f"command-{command.value}", text)
+
+    async def _status_text(self, msg: MessageRecord, slot: ConversationSlot) -> str:
+        lines = []
+        if slot.active is not None:
+            who = slot.active.message.sender_name or slot.active.message.sender_id
+            lines.append(f"**Running** (for {who}): {slot.active.progress.line()}")
+        else:
+            lines.append("**Idle**: nothing is running in this conversation.")
+        lines.append(f"Waiting: {len(slot.queue)} message(s).")
+        conv = await self.store.conversation(msg.conversation_id)
+        if conv is not None:
+            lines.append(f"Conversation #{conv.epoch}.")
+        runs = [r for r in await self.store.runs(msg.conversation_id, limit=5) if r.outcome]
+        if runs and runs[0].outcome is not None:
+            o = runs[0].outcome
+            result = "ok" if o.ok else (o.envelope_code or "failed")
+            lines.append(
+                f"Last run: {result}, {o.total_tokens:,} tokens, "
+                f"{cost_text(o.cost_usd, o.cost_known)}, {o.duration_ms / 1000:.1f}s."
+            )
+        cap = self.settings.limits.daily_cost_usd
+        if cap is not None:
+            spent, unpriced = await self.store.cost_since(_utc_midnight())
+            lines.append(f"Spend today: ${spent:.2f} of ${cap:.2f} ({unpriced} unpriced run(s)).")
+        lines.append(f"Runs in flight across the gateway: {self._in_flight}.")
+        return "\n".join(lines)
+
+    async def _stop_command(self, msg: MessageRecord, slot: ConversationSlot) -> str:
+        run = slot.active
+        if run is None:
+            return "Nothing is running in this conversation."
+        if msg.sender_id != run.message.sender_id and not msg.is_operator:
+            who = run.message.sender_name or run.message.sender_id
+            return f"Only {who} (who started this run) or an operator can stop it."
+        await self._stop_run(run, msg.sender_name or msg.sender_id)
+        return "⏹️ Stopped."
+
+    async def _stop_run(self, run: ActiveRun, by: str) -> None:
+        run.stopped_by = by
+        if run.handle is not None:
+            await run.handle.stop("stopped")
+
+    # -- prompts ------------------------------------------------------------------------------
+
+    async def press(self, token: str, actor_id: str, *, is_operator: bool = False) -> PressResult:
+        prompt_token, code = P.split_choice(token)
+        stop_run = self._stop_tokens.get(prompt_token)
+        if stop_run is not None:
+            if actor_id != stop_run.message.sender_id and not is_operator:
+                return PressResult(
+                    PressStatus.NOT_YOURS, "Only the person who started this run can stop it."
+                )
+            await self._stop_run(stop_run, actor_id)
+            return PressResult(PressStatus.OK, "Stopping…")
+        record = await self.store.get_prompt(prompt_token)
+        slot = self._slots.get(record.conversation_id) if record else None
+        run = slot.active if slot else None
+        if (
+            record is None
+            or record.state != "pending"
+            or run is None
+            or run.run_id != record.run_id
+            or run.handle is None
+        ):
+            return PressResult(PressStatus.EXPIRED, "This request has expired.")
+        if actor_id != record.requester:
+            who = record.payload.get("requesterName") or record.requester
+            return PressResult(PressStatus.NOT_YOURS, f"Only {who} can answer this.")
+        return await self._resolve(run, record, code, actor_id, text=None)
+
+    async def _resolve(
+        self, run: ActiveRun, record: PromptRecord, code: str, actor: str, text: str | None
+    ) -> PressResult:
+        targets = [record]
+        if record.kind == "approval" and code in (P.APPROVE_ALL, P.REJECT_ALL):
+            targets = [r for r in run.prompts.values() if r.kind == "approval"]
+        resolved_any = False
+        for rec in targets:
+            answer = P.frame(rec, code, text)
+            stored = {k: v for k, v in answer.items() if k != "value"}
+            if not await self.store.resolve_prompt(rec.token, stored):
+                continue
+            resolved_any = True
+            run.prompts.pop(rec.token, None)
+            assert run.handle is not None
+            await run.handle.answer(answer)
+        if not resolved_any:
+            return PressResult(PressStatus.EXPIRED, "This request was already answered.")
+        if not run.prompts:
+            run.progress.waiting = False
+        name = run.message.sender_name or actor
+        shown = P.resolved_text(record, code, name, text)
+        return PressResult(PressStatus.OK, shown, resolved=Outgoing(ReplyKind.NOTICE, shown))
+
+    def _answers_prompt(self, run: ActiveRun, msg: MessageRecord) -> bool:
+        """A typed message that answers a pending prompt (numbered choice, text, secret)."""
+        if msg.sender_id != run.message.sender_id or not run.prompts:
+            return False
+        oldest = next(iter(run.prompts.values()))
+        if oldest.kind in ("input", "secret"):
+            return True
+        return msg.text.strip().isdigit()
+
+    async def _typed_answer(self, run: ActiveRun, msg: MessageRecord) -> None:
+        record = next(iter(run.prompts.values()))
+        text = msg.text.strip()
+        others = sum(1 for r in run.prompts.values() if r.kind == "approval") - 1
+        codes = P.codes_for(record, others_pending=max(others, 0))
+        code, free = "", None
+        if text.isdigit() and 1 <= int(text) <= len(codes):
+            code = codes[int(text) - 1]
+        elif record.kind in ("input", "secret"):
+            free = msg.text
+        else:
+            await self._finish_message(
+                msg,
+                InboxState.DONE,
+                "choice",
+                f"Please reply with a number from 1 to {len(codes)}.",
+            )
+            return
+        if record.kind == "secret":
+            await self.store.redact_message(msg.id)
+        result = await self._resolve(run, record, code, msg.sender_id, free)
+        await self._finish_message(msg, InboxState.DONE, "choice", result.text)
+
+    async def _on_prompt(self, run: ActiveRun, event_type: str, data: dict[str, Any]) -> None:
+        msg = run.message
+        record = P.from_event(
+            event_type,
+            data,
+            run_id=run.run_id,
+            conversation_id=msg.conversation_id,
+            requester=msg.sender_id,
+            requester_name=msg.sender_name or msg.sender_id,
+        )
+        if record is None:
+            log.warning("runner sent a %s without an id; ignored", event_type)
+            return
+        assert run.handle is not None
+        if record.kind == "secret" and msg.shared_chat:
+            await run.handle.answer(P.unavailable_secret(record))
+            name = data.get("name") or "a secret"
+            await self._notice(
+                msg,
+                f"secret-refused:{run.run_id}:{record.request_id}",
+                f"🔒 The agent asked for {name}. Secrets are never collected in a shared chat, "
+                "so it was told none is available here.",
+            )
+            return
+        await self.store.add_prompts([record])
+        others = sum(1 for r in run.prompts.values() if r.kind == "approval")
+        run.prompts[record.token] = record
+        surface = self.surfaces.get(msg.platform)
+        buttons = bool(surface and surface.capabilities.buttons)
+        out = P.message_for(
+            record, others_pending=others if record.kind == "approval" else 0, buttons=buttons
+        )
+        records = await self.store.add_replies([self._reply(msg, f"prompt:{record.token}", out)])
+        await self.deliverer.deliver(records)
+
+    # -- the turn -----------------------------------------------------------------------------
+
+    async def _ensure_home(self, slot: ConversationSlot, msg: MessageRecord) -> Home:
+        if slot.home is None:
+            slot.home = await asyncio.to_thread(self.homes.ensure, msg.thread_key)
+        return slot.home
+
+    async def _acquire_slot(self, msg: MessageRecord) -> None:
+        if self._runs_sem.locked():
+            text = (
+                f"🕐 The gateway is running {self._in_flight} other run(s), its limit; yours "
+                "starts as soon as one finishes."
+            )
+            await self._notice(msg, f"waiting:{msg.id}", text)
+        await self._runs_sem.acquire()
+
+    async def _turn(self, slot: ConversationSlot, message_id: int) -> None:
+        msg = await self.store.get_message(message_id)
+        if msg is None or msg.state is not InboxState.ACCEPTED:
+            return
+        if await self._over_budget():
+            await self._finish_message(
+                msg,
+                InboxState.FAILED,
+                "budget",
+                "💸 Today's spending limit for this gateway is reached; new messages run again "
+                "after midnight UTC.",
+            )
+            return
+        await self._acquire_slot(msg)
+        self._in_flight += 1
+        self.metrics.runs_in_flight.inc()
+        try:
+            await self._run_turn(slot, msg)
+        finally:
+            self._in_flight -= 1
+            self.metrics.runs_in_flight.dec()
+            self._runs_sem.release()
+
+    async def _over_budget(self) -> bool:
+        cap = self.settings.limits.daily_cost_usd
+        if cap is None:
+            return False
+        spent, unpriced = await self.store.cost_since(_utc_midnight())
+        return spent >= cap or unpriced > 0
+
+    async def _run_turn(self, slot: ConversationSlot, msg: MessageRecord) -> None:
+        conv = await self.store.conversation(msg.conversation_id)
+        epoch = conv.epoch if conv else 1
+        run_record = await self.store.start_run(msg.id, msg.sender_id, epoch)
+        run = ActiveRun(message=msg, run_id=run_record.id, target=self._target(msg))
+        slot.active = run
+        self._stop_tokens[run.stop_token] = run
+        reporter: asyncio.Task[None] | None = None
+        try:
+            try:
+                home = await self._ensure_home(slot, msg)
+                paths = await self._attachments(home, msg)
+            except (ProvisioningError, OSError, DeliveryError) as exc:
+                log.error("cannot prepare the home of %s: %s", msg.thread_key, exc)
+                result = RunResult(ok=False, code="provisioning", error=str(exc))
+            else:
+                reporter = asyncio.create_task(self._report(run), name=f"progress-{run.run_id}")
+                result = await self._execute(run, home, epoch, paths)
+        finally:
+            run.done.set()
+            if reporter is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reporter
+            slot.active = None
+            self._stop_tokens.pop(run.stop_token, None)
+        await self._record(run, result)
+
+    async def _attachments(self, home: Home, msg: MessageRecord) -> list[str]:
+        if not msg.attachments:
+            return []
+        surface = self.surfaces.get(msg.platform)
+        cap = self.settings.limits.max_attachment_bytes
+        paths = []
+        for raw in msg.attachments:
+            att = Attachment.from_dict(raw)
+            if att.size is not None and att.size > cap:
+                raise DeliveryError(
+                    f"the file {att.name} is {att.size:,} bytes, over the {cap:,}-byte limit",
+                    permanent=True,
+                )
+            if surface is None:
+                raise DeliveryError(f"no surface {msg.platform} to download {att.name} from")
+            data = await surface.download(att, cap)
+            paths.append(await asyncio.to_thread(save_attachment, home, msg.id, att.name, data))
+        return paths
+
+    async def _execute(
+        self, run: ActiveRun, home: Home, epoch: int, attachments: list[str]
+    ) -> RunResult:
+        cfg = self.settings.runner
+        msg = run.message
+        identity = run_identity(
+            home,
+            surface=msg.platform,
+            allowlist=(*DEFAULT_ENV_ALLOWLIST, *cfg.env_passthrough),
+            extra_env=cfg.extra_env,
+        )
+        prompt = msg.text
+        if attachments:
+            prompt += "\n\nAttached files:\n" + "\n".join(f"- {p}" for p in attachments)
+        request = RunRequest(
+            home=home,
+            identity=identity,
+            conversation=f"{msg.thread_key}#{epoch}",
+            prompt=prompt,
+            agent=cfg.agent,
+            approval_policy=cfg.approval_policy,
+            timeout_s=cfg.timeout_s,
+            events=tuple(cfg.events),
+            attachments=tuple(attachments),
+        )
+        try:
+            run.handle = await self.backend.start(request)
+        except RunnerError as exc:
+            return RunResult(ok=False, code="runner_missing", error=str(exc))
+        if run.shutdown:
+            await run.handle.stop("shutdown")
+        async for event in run.handle.events():
+            run.progress.update(event)
+            if event.type in PROMPT_EVENTS:
+                try:
+                    await self._on_prompt(run, event.type, event.data)
+                except Exception:
+                    log.exception("could not show a prompt; declining it")
+        result = await run.handle.wait()
+        await self.store.expire_prompts(run.run_id)
+        return result
+
+    async def _report(self, run: ActiveRun) -> None:
+        """Progress bubble (or "still working" lines) and the typing indicator."""
+        surface = self.surfaces.get(run.message.platform)
+        if surface is None:
+            return
+        caps = surface.capabilities
+        cfg = self.settings.progress
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.done.wait(), timeout=cfg.first_after_s)
+            return  # answered quickly: no bubble at all
+        stop_choice = (
+            (Choice(token=f"{run.stop_token}{P.SEP}stop", label="Stop", style="danger"),)
+            if caps.buttons
+            else ()
+        )
+        shown = ""
+        last_line_at = time.monotonic()
+        last_typing = 0.0
+        interval = max(caps.edit_interval_s, 0.2)
+        while not run.done.is_set():
+            now = time.monotonic()
+            try:
+                if caps.typing and now - last_typing >= TYPING_EVERY_S:
+                    last_typing = now
+                    await surface.typing(run.target)
+                line = run.progress.line()
+                if caps.edit:
+                    out = Outgoing(
+                        ReplyKind.NOTICE, line, choices=stop_choice, requester=run.message.sender_id
+                    )
+                    if run.bubble_ref is None:
+                        run.bubble_ref = await surface.send(
+                            run.target, out, reply_key=f"progress:{run.run_id}"
+                        )
+                        shown = line
+                    elif line != shown:  # elapsed time moves it at most once a second
+                        await surface.edit(run.target, run.bubble_ref, out)
+                        shown = line
+                elif now - last_line_at >= cfg.still_working_every_s:
+                    last_line_at = now
+                    await surface.send(
+                        run.target,
+                        Outgoing(ReplyKind.NOTICE, f"Still working… {line}"),
+                        reply_key=f"still:{run.run_id}:{int(now)}",
+                    )
+            except (DeliveryError, OSError) as exc:
+                log.info("progress update dropped: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.done.wait(), timeout=interval)
+
+    async def _record(self, run: ActiveRun, result: RunResult) -> None:
+        msg = run.message
+        outcome = RunOutcome(
+            ok=result.ok,
+            exit_code=result.exit_code,
+            envelope_code=result.code,
+            error=result.error,
+            cost_usd=result.cost_usd,
+            cost_known=result.cost_known,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            total_tokens=result.total_tokens,
+            duration_ms=result.duration_ms,
+            tool_count=len(result.tool_calls) or sum(run.progress.tools.values()),
+        )
+        label = "ok" if result.ok else (result.code or "failed")
+        self.metrics.runs.labels(label).inc()
+        self.metrics.run_duration.observe(result.duration_ms / 1000)
+        line = summary(result, run.progress)
+        replies: list[NewReply] = []
+        state = InboxState.DONE if result.ok else InboxState.FAILED
+        surface = self.surfaces.get(msg.platform)
+        limit = surface.capabilities.max_length if surface else 4000
+        if run.shutdown:
+            state = InboxState.INTERRUPTED
+            replies.append(
+                self._reply(msg, f"interrupted:{msg.id}", Outgoing(ReplyKind.NOTICE, SHUTDOWN_TEXT))
+            )
+        elif result.ok:
+            body = result.answer if run.bubble_ref else f"{result.answer}\n\n_{line}_"
+            for i, part in enumerate(split_markdown(body, limit - 16)):
+                replies.append(
+                    self._reply(msg, f"answer:{msg.id}:{i}", Outgoing(ReplyKind.ANSWER, part))
+                )
+            for i, art in enumerate(result.artifacts):
+                path = art.get("path")
+                if isinstance(path, str) and path:
+                    out = Outgoing(
+                        ReplyKind.ARTIFACT,
+                        art.get("kind", "file"),
+                        file_path=path,
+                        media_type=art.get("mediaType"),
+                    )
+                    replies.append(self._reply(msg, f"artifact:{msg.id}:{i}", out))
+        else:
+            text = _failure_text(result, run.stopped_by)
+            if not run.bubble_ref:
+                text += f"\n\n_{line}_"
+            replies.append(self._reply(msg, f"error:{msg.id}", Outgoing(ReplyKind.ERROR, text)))
+        records = await self.store.finish_run(run.run_id, outcome, state, replies)
+        if run.bubble_ref and surface is not None:
+            with contextlib.suppress(DeliveryError, OSError):
+                await surface.edit(run.target, run.bubble_ref, Outgoing(ReplyKind.NOTICE, line))
+        await self.deliverer.deliver(records)
+
+
+def _failure_text(result: RunResult, stopped_by: str | None) -> str:
+    if stopped_by is not None:
+        return f"⏹️ Stopped by {stopped_by}."
+    if result.timed_out:
+        return f"⌛ {result.error}. Try a smaller request, or ask an operator to raise the limit."
+    reason = result.error or result.code or "the run failed"
+    detail = f" (exit code {result.exit_code})" if result.exit_code not in (None, 0, 1) else ""
+    text = f"❌ The agent could not answer: {reason}{detail}."
+    if result.code in ("no_envelope", "bad_envelope") and result.stderr_tail:
+        tail = "\n".join(result.stderr_tail[-5:])[-800:]
+        text += f"\n\n```\n{tail}\n```"
+    return text
+
+
+def _utc_midnight() -> float:
+    now = datetime.now(UTC)
+    return now.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()

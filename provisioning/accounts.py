@@ -1,0 +1,379 @@
+"""One Unix account per conversation, and the map that remembers which is whose.
+
+With root and isolation on, each conversation runs under its own system account (nologin,
+no home made by useradd, a private primary group that is never the operator group), so
+"other" bits mean nothing is readable across conversations while the operator group reads
+every home. The conversation -> uid map is a state file under the root's ``state/``:
+
+* accounts missing from ``/etc/passwd`` (a rebuilt container) are recreated from it;
+* an unreadable map is moved aside and rebuilt from the owners of the homes on disk;
+* a uid that owns a home is never handed to another conversation, and a uid or name that
+  some other account on the host already has is never taken over.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import grp
+import logging
+import os
+import pwd
+import stat
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import naming, safefs
+from .errors import AccountError, UidRangeExhausted
+from .layout import Layout
+
+log = logging.getLogger(__name__)
+
+MAP_SCHEMA = 1
+DEFAULT_UID_RANGE = (70000, 79999)
+NOLOGIN_CANDIDATES = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false")
+ACCOUNT_COMMENT = "jazz-bridge conversation"
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    uid: int
+    gid: int
+
+
+def _nologin() -> str:
+    for candidate in NOLOGIN_CANDIDATES:
+        if os.path.exists(candidate):
+            return candidate
+    return "/bin/false"
+
+
+def _run(argv: list[str]) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise AccountError(
+            f"{' '.join(argv)} failed (exit {proc.returncode}): {proc.stderr.strip()}"
+        )
+
+
+def _pw_by_name(name: str) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def _pw_by_uid(uid: int) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwuid(uid)
+    except KeyError:
+        return None
+
+
+def _gr_by_name(name: str) -> grp.struct_group | None:
+    try:
+        return grp.getgrnam(name)
+    except KeyError:
+        return None
+
+
+def _gr_by_gid(gid: int) -> grp.struct_group | None:
+    try:
+        return grp.getgrgid(gid)
+    except KeyError:
+        return None
+
+
+class AccountRegistry:
+    """Creates and remembers conversation accounts for one root. Thread-safe."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        operator_gid: int,
+        uid_range: tuple[int, int] = DEFAULT_UID_RANGE,
+    ) -> None:
+        lo, hi = uid_range
+        if not (1000 <= lo <= hi < 2**31 - 1):
+            raise AccountError(f"uid range {lo}-{hi} is not a usable range of system uids")
+        self.layout = layout
+        self.operator_gid = operator_gid
+        self.uid_range = uid_range
+        self._lock = threading.Lock()
+        self._accounts: dict[str, dict[str, Any]] = {}
+
+    # -- the map ------------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """In-process lock plus a file lock, so a CLI and a running gateway never race."""
+        with self._lock:
+            lock_path = self.layout.state / "accounts.lock"
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._reload()
+                yield
+            finally:
+                os.close(fd)
+
+    def _reload(self) -> None:
+        """Read the map; a missing or unreadable one (moved aside) is rebuilt from disk."""
+        document = safefs.read_json_state(self.layout.uid_map, MAP_SCHEMA)
+        if document is None:
+            self._accounts = self._rebuild_from_disk()
+            if self._accounts:
+                self._save()
+            return
+        accounts = document.get("accounts", {})
+        self._accounts = {
+            str(home): dict(entry)
+            for home, entry in (accounts.items() if isinstance(accounts, dict) else [])
+            if isinstance(entry, dict)
+            and isinstance(entry.get("uid"), int)
+            and isinstance(entry.get("name"), str)
+        }
+
+    def _save(self) -> None:
+        safefs.atomic_write_json(
+            self.layout.uid_map,
+            {
+                safefs.SCHEMA_KEY: MAP_SCHEMA,
+                "root": str(self.layout.root),
+                "uidRange": list(self.uid_range),
+                "accounts": self._accounts,
+            },
+        )
+
+    def _home_owners(self) -> dict[int, str]:
+        """uid -> home name for every home directory on disk (links ignored)."""
+        owners: dict[int, str] = {}
+        try:
+            entries = list(os.scandir(self.layout.chats))
+        except FileNotFoundError:
+            return owners
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and naming.is_home_name(entry.name):
+                owners.setdefault(st.st_uid, entry.name)
+        return owners
+
+    def _rebuild_from_disk(self) -> dict[str, dict[str, Any]]:
+        """Recover the map from who owns which home; only uids inside our range count."""
+        lo, hi = self.uid_range
+        rebuilt: dict[str, dict[str, Any]] = {}
+        for uid, home in self._home_owners().items():
+            if not lo <= uid <= hi:
+                continue
+            pw = _pw_by_uid(uid)
+            name = pw.pw_name if pw else self._free_name(home, taken=set())
+            rebuilt[home] = {
+                "name": name,
+                "uid": uid,
+                "gid": pw.pw_gid if pw else uid,
+                "created": _now(),
+                "rebuilt": True,
+            }
+        if rebuilt:
+            log.warning(
+                "rebuilt the account map %s from %d home(s) on disk",
+                self.layout.uid_map,
+                len(rebuilt),
+            )
+        return rebuilt
+
+    # -- lookups ------------------------------------------------------------------------------
+
+    def get(self, home: str) -> Account | None:
+        with self._locked():
+            entry = self._accounts.get(home)
+        return _account(entry) if entry else None
+
+    def all(self) -> dict[str, Account]:
+        with self._locked():
+            return {home: _account(entry) for home, entry in self._accounts.items()}
+
+    # -- creation -----------------------------------------------------------------------------
+
+    def ensure(self, home: str, thread_key: str | None = None) -> Account:
+        """The account of ``home``, created (or recreated) when missing."""
+        with self._locked():
+            entry = self._accounts.get(home)
+            if entry is None:
+                entry = self._allocate(home, thread_key)
+                self._accounts[home] = entry
+                self._save()
+            elif thread_key and entry.get("threadKey") != thread_key:
+                entry["threadKey"] = thread_key
+                self._save()
+            self._materialize(home, entry)
+            return _account(entry)
+
+    def _allocate(self, home: str, thread_key: str | None) -> dict[str, Any]:
+        lo, hi = self.uid_range
+        used = {int(e["uid"]) for e in self._accounts.values()}
+        owners = self._home_owners()
+        own_home_owner = next((u for u, h in owners.items() if h == home), None)
+        if own_home_owner is not None and lo <= own_home_owner <= hi and own_home_owner not in used:
+            # The home exists (map lost or shared storage): its owner is its account.
+            pw = _pw_by_uid(own_home_owner)
+            if pw is None or pw.pw_gecos.startswith(ACCOUNT_COMMENT):
+                uid = own_home_owner
+                name = pw.pw_name if pw else self._free_name(home, self._taken_names())
+                return {
+                    "name": name,
+                    "uid": uid,
+                    "gid": uid,
+                    "threadKey": thread_key,
+                    "created": _now(),
+                }
+        blocked = used | set(owners)
+        for uid in range(lo, hi + 1):
+            if uid in blocked or _pw_by_uid(uid) is not None or _gr_by_gid(uid) is not None:
+                continue
+            if uid == self.operator_gid:
+                continue
+            name = self._free_name(home, self._taken_names())
+            return {
+                "name": name,
+                "uid": uid,
+                "gid": uid,
+                "threadKey": thread_key,
+                "created": _now(),
+            }
+        raise UidRangeExhausted(
+            f"every uid in {lo}-{hi} is taken by a conversation or another account; widen "
+            "accounts.uid_range or archive idle conversations"
+        )
+
+    def _taken_names(self) -> set[str]:
+        return {str(e["name"]) for e in self._accounts.values()}
+
+    def _free_name(self, home: str, taken: set[str]) -> str:
+        seed = f"{self.layout.root}\0{home}"
+        for salt in range(1000):
+            name = naming.account_name(seed, salt)
+            if name in taken or _pw_by_name(name) or _gr_by_name(name):
+                continue
+            return name
+        raise AccountError(f"no free account name for home {home}")
+
+    def _materialize(self, home: str, entry: dict[str, Any]) -> None:
+        """Make sure the account in ``entry`` exists in /etc/passwd with its uid."""
+        name, uid = str(entry["name"]), int(entry["uid"])
+        pw = _pw_by_name(name)
+        if pw is not None:
+            if pw.pw_uid != uid:
+                raise AccountError(
+                    f"account {name} of home {home} exists with uid {pw.pw_uid}, but the map "
+                    f"{self.layout.uid_map} says {uid}; another account took the name: resolve "
+                    "it by hand (userdel the stray account or edit the map)"
+                )
+            if pw.pw_gid == self.operator_gid:
+                raise AccountError(
+                    f"account {name} has the operator group as its primary group; refusing"
+                )
+            entry["gid"] = pw.pw_gid
+            return
+        other = _pw_by_uid(uid)
+        if other is not None:
+            raise AccountError(
+                f"uid {uid} of home {home} now belongs to account {other.pw_name}; it is never "
+                "taken over: remove that account or move the home to another uid by hand"
+            )
+        group = _gr_by_name(name)
+        if group is None:
+            if _gr_by_gid(uid) is not None:
+                raise AccountError(
+                    f"gid {uid} (the private group of {name}) belongs to group "
+                    f"{_gr_by_gid(uid).gr_name}; refusing to share it"  # type: ignore[union-attr]
+                )
+            _run(["groupadd", "--gid", str(uid), name])
+            gid = uid
+        else:
+            gid = group.gr_gid
+        try:
+            _run(
+                [
+                    "useradd",
+                    "--system",
+                    "--uid",
+                    str(uid),
+                    "--gid",
+                    str(gid),
+                    "--no-create-home",
+                    "--no-user-group",
+                    "--no-log-init",
+                    "--home-dir",
+                    str(self.layout.home(home)),
+                    "--shell",
+                    _nologin(),
+                    "--comment",
+                    ACCOUNT_COMMENT,
+                    name,
+                ]
+            )
+        except AccountError:
+            if group is None:
+                subprocess.run(["groupdel", name], capture_output=True, check=False)
+            raise
+        entry["gid"] = gid
+        log.info("created account %s (uid %d) for home %s", name, uid, home)
+
+    def recreate_missing(self) -> list[Account]:
+        """At start: recreate every mapped account that /etc/passwd lost. Returns those made."""
+        made: list[Account] = []
+        with self._locked():
+            for home, entry in self._accounts.items():
+                if _pw_by_name(str(entry["name"])) is None:
+                    try:
+                        self._materialize(home, entry)
+                    except AccountError as exc:
+                        log.error("%s", exc)
+                        continue
+                    made.append(_account(entry))
+            if made:
+                self._save()
+        return made
+
+    def remove(self, home: str) -> None:
+        """Delete a conversation's account and forget it (archive, tests)."""
+        with self._locked():
+            entry = self._accounts.pop(home, None)
+            if entry is None:
+                return
+            name = str(entry["name"])
+            pw = _pw_by_name(name)
+            if pw is not None and pw.pw_uid == int(entry["uid"]):
+                _run(["userdel", name])
+            if _gr_by_name(name) is not None:
+                subprocess.run(["groupdel", name], capture_output=True, check=False)
+            self._save()
+
+
+def _account(entry: dict[str, Any]) -> Account:
+    return Account(str(entry["name"]), int(entry["uid"]), int(entry.get("gid", entry["uid"])))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def current_account() -> Account:
+    """The gateway's own account (single-account mode)."""
+    uid, gid = os.geteuid(), os.getegid()
+    pw = _pw_by_uid(uid)
+    return Account(pw.pw_name if pw else str(uid), uid, gid)
+
+
+def map_path(layout: Layout) -> Path:
+    return layout.uid_map

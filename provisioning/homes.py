@@ -1,0 +1,168 @@
+"""Creating (or repairing) one conversation's home: the directory Jazz uses as JAZZ_HOME.
+
+A home is created with exact modes and owners (DESIGN.md "On disk"): isolated, it is
+``2750 conv:O`` with its standard subdirectories ``2750``, ``gnupg`` ``0700 conv:conv``,
+``config.json`` ``0600`` and a ``personas`` link to the shared personas; in single-account
+mode everything is the gateway's, ``0700``/``0600``, without setgid. Every step works on
+pinned directory descriptors, so a conversation that swaps entries for links can't make
+the gateway touch anything outside its home.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import naming, pinned
+from .accounts import Account, AccountRegistry, current_account
+from .errors import UnsafePathError
+from .layout import RootInfo
+from .modes import (
+    CONFIG_FILE,
+    CONFIG_FILE_MODE,
+    GNUPG_DIR,
+    GNUPG_MODE,
+    HOME_MODE,
+    HOME_SUBDIR_MODE,
+    HOME_SUBDIRS,
+    PERSONAS_LINK,
+    PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
+)
+
+log = logging.getLogger(__name__)
+
+INITIAL_CONFIG = b"{}\n"
+
+
+@dataclass(frozen=True)
+class Home:
+    """One conversation's home and the identity its runs use."""
+
+    thread_key: str
+    name: str
+    path: Path
+    account: Account
+    operator_gid: int
+    isolated: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "threadKey": self.thread_key,
+            "path": str(self.path),
+            "name": self.name,
+            "account": self.account.name,
+            "uid": self.account.uid,
+            "gid": self.account.gid,
+            "operatorGid": self.operator_gid,
+            "isolated": self.isolated,
+        }
+
+
+class Homes:
+    """Makes homes for one root, isolated (an account each) or single-account."""
+
+    def __init__(
+        self, root: RootInfo, *, isolated: bool, registry: AccountRegistry | None = None
+    ) -> None:
+        if isolated and registry is None:
+            registry = AccountRegistry(root.layout, root.operator_gid)
+        self.root = root
+        self.isolated = isolated
+        self.registry = registry
+
+    def path_for(self, thread_key: str) -> Path:
+        return self.root.layout.home(naming.home_name(thread_key))
+
+    def ensure(self, thread_key: str) -> Home:
+        """Create or repair the home (and account) of ``thread_key``. Blocking: run off-loop."""
+        name = naming.home_name(thread_key)
+        if self.isolated:
+            assert self.registry is not None
+            account = self.registry.ensure(name, thread_key)
+        else:
+            account = current_account()
+        home = Home(
+            thread_key=thread_key,
+            name=name,
+            path=self.root.layout.home(name),
+            account=account,
+            operator_gid=self.root.operator_gid,
+            isolated=self.isolated,
+        )
+        self._build(home)
+        return home
+
+    def _build(self, home: Home) -> None:
+        layout = self.root.layout
+        uid, own_gid, op_gid = home.account.uid, home.account.gid, home.operator_gid
+        dir_mode = HOME_MODE if home.isolated else PRIVATE_DIR_MODE
+        sub_mode = HOME_SUBDIR_MODE if home.isolated else PRIVATE_DIR_MODE
+        file_mode = CONFIG_FILE_MODE if home.isolated else PRIVATE_FILE_MODE
+        with pinned.opened_dir(layout.chats) as chats_fd:
+            try:
+                home_fd = pinned.ensure_dir(chats_fd, home.name, dir_mode, uid, op_gid)
+            except UnsafePathError as exc:
+                raise UnsafePathError(
+                    f"{home.path} is a symbolic link or not a directory; move it away and "
+                    "run jazz-bridge homes ensure again"
+                ) from exc
+        try:
+            for sub in HOME_SUBDIRS:
+                self._subdir(home, home_fd, sub, sub_mode, uid, op_gid)
+            self._subdir(
+                home,
+                home_fd,
+                GNUPG_DIR,
+                GNUPG_MODE if home.isolated else PRIVATE_DIR_MODE,
+                uid,
+                own_gid if home.isolated else op_gid,
+            )
+            self._personas_link(home_fd, str(layout.personas))
+            self._config(home, home_fd, file_mode, uid, op_gid)
+        finally:
+            os.close(home_fd)
+
+    @staticmethod
+    def _subdir(home: Home, home_fd: int, sub: str, mode: int, uid: int, gid: int) -> None:
+        try:
+            os.close(pinned.ensure_dir(home_fd, sub, mode, uid, gid))
+        except UnsafePathError:
+            # The conversation replaced it with a link or file: never follow, say so.
+            log.warning("%s/%s is not a directory (link or file); left alone", home.path, sub)
+
+    @staticmethod
+    def _personas_link(home_fd: int, target: str) -> None:
+        try:
+            current = os.readlink(PERSONAS_LINK, dir_fd=home_fd)
+        except FileNotFoundError:
+            os.symlink(target, PERSONAS_LINK, dir_fd=home_fd)
+            return
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:  # exists and is not a link: the conversation's own
+                return
+            raise
+        if current != target:
+            os.unlink(PERSONAS_LINK, dir_fd=home_fd)
+            os.symlink(target, PERSONAS_LINK, dir_fd=home_fd)
+
+    @staticmethod
+    def _config(home: Home, home_fd: int, mode: int, uid: int, gid: int) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(CONFIG_FILE, flags, mode, dir_fd=home_fd)
+        except FileExistsError:
+            st = os.stat(CONFIG_FILE, dir_fd=home_fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == uid and stat.S_IMODE(st.st_mode) != mode:
+                pinned.chmod_entry(home_fd, CONFIG_FILE, mode, st)
+            return
+        try:
+            os.write(fd, INITIAL_CONFIG)
+            os.fchown(fd, uid, gid)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)

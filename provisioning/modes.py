@@ -1,0 +1,53 @@
+"""The exact modes of the on-disk layout (DESIGN.md "On disk"), named once with their bits.
+
+Everything that creates or repairs a directory takes its mode from here, so the table in
+DESIGN.md and the code can be compared line by line.
+"""
+
+from __future__ import annotations
+
+import stat
+
+# Shared root and its children.
+ROOT_MODE = 0o2751  # rwxr-s--x  setgid operator group; others may only traverse
+CHATS_MODE = 0o2751  # rwxr-s--x  traversable, not listable
+PERSONAS_MODE = 0o0755  # rwxr-xr-x  shared read-only personas
+STATE_DIR_MODE = 0o2750  # rwxr-s---  the gateway's own stores: never world-readable
+STATE_FILE_MODE = 0o0640  # rw-r-----
+ARCHIVE_DIR_MODE = 0o2750  # rwxr-s---
+
+# One conversation's home when it has its own account (isolated).
+HOME_MODE = 0o2750  # rwxr-s---  conv:O, files land conv:O 0640
+HOME_SUBDIR_MODE = 0o2750  # rwxr-s---
+GNUPG_MODE = 0o0700  # rwx------  conv:conv, gpg refuses anything looser
+CONFIG_FILE_MODE = 0o0600  # rw-------
+
+# A home when every conversation runs as the gateway's own account (no root / isolation off).
+PRIVATE_DIR_MODE = 0o0700  # rwx------
+PRIVATE_FILE_MODE = 0o0600  # rw-------
+
+# umask of a runner process.
+ISOLATED_UMASK = 0o027  # group may read, others nothing
+PRIVATE_UMASK = 0o077  # only the owner
+
+OTHER_BITS = stat.S_IRWXO  # ------rwx
+GROUP_BITS = stat.S_IRWXG  # ---rwx---
+SPECIAL_EXEC_BITS = stat.S_ISUID | stat.S_ISGID  # setuid/setgid, stripped from regular files
+
+# The directories every home has, besides gnupg and the personas link.
+HOME_SUBDIRS: tuple[str, ...] = (
+    "agents",
+    "history",
+    "memory",
+    "workspace",
+    "tmp",
+    "xdg-config",
+    "xdg-data",
+    "xdg-state",
+    "xdg-cache",
+    "password-store",
+)
+GNUPG_DIR = "gnupg"
+PERSONAS_LINK = "personas"
+CONFIG_FILE = "config.json"
+REPAIR_MARKER = ".permissions-repaired"

@@ -1,0 +1,133 @@
+"""File-descriptor-pinned operations inside directories a conversation can write to.
+
+A conversation owns its home, so between two system calls it can swap any entry for a
+symbolic link. Every change made inside a home therefore goes through a directory file
+descriptor opened with ``O_NOFOLLOW`` and names a single entry relative to it; nothing
+here ever re-resolves a path through a directory a conversation controls, and nothing
+follows a link.
+
+Changing the mode of a non-directory without following it uses Linux's ``fchmodat2``
+(``AT_SYMLINK_NOFOLLOW``, kernel 6.6+); on older kernels it falls back to an ``O_PATH``
+descriptor whose ``fstat`` is checked first and which is changed through
+``/proc/self/fd``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from .errors import UnsafePathError
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+AT_SYMLINK_NOFOLLOW = 0x100
+_SYS_FCHMODAT2 = 452  # same number on every Linux architecture (unified syscall table)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_fchmodat2_works: bool | None = None
+
+
+def _fchmodat2(dir_fd: int, name: bytes, mode: int) -> int:
+    """Return 0 on success, else the errno (ENOSYS where the kernel lacks it)."""
+    res = _libc.syscall(
+        ctypes.c_long(_SYS_FCHMODAT2),
+        ctypes.c_int(dir_fd),
+        ctypes.c_char_p(name),
+        ctypes.c_uint(mode),
+        ctypes.c_uint(AT_SYMLINK_NOFOLLOW),
+    )
+    return 0 if res == 0 else ctypes.get_errno()
+
+
+def open_dir(name: str | bytes | os.PathLike[str], dir_fd: int | None = None) -> int:
+    """Open a directory without following a link; UnsafePathError if it is not one."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePathError(
+                f"{os.fsdecode(name)!s} is a symbolic link or not a directory; refusing to use it"
+            ) from exc
+        raise
+
+
+@contextmanager
+def opened_dir(name: str | bytes | os.PathLike[str], dir_fd: int | None = None) -> Iterator[int]:
+    fd = open_dir(name, dir_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def chmod_entry(dir_fd: int, name: str | bytes, mode: int, expect: os.stat_result) -> bool:
+    """Set ``mode`` on the non-directory ``name`` in ``dir_fd`` without following a link.
+
+    ``expect`` is the entry's lstat; with the O_PATH fallback the entry is re-checked to be
+    that same inode before it is changed. Returns False when the entry is a link or was
+    swapped (nothing changed).
+    """
+    global _fchmodat2_works
+    bname = os.fsencode(name)
+    if _fchmodat2_works is not False:
+        err = _fchmodat2(dir_fd, bname, mode)
+        if err == 0:
+            _fchmodat2_works = True
+            return True
+        if err == errno.EOPNOTSUPP:  # it is a symbolic link (now): left alone
+            return False
+        if err != errno.ENOSYS:
+            raise OSError(err, os.strerror(err), os.fsdecode(name))
+        _fchmodat2_works = False
+    fd = os.open(bname, PATH_FLAGS, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISLNK(st.st_mode) or (st.st_ino, st.st_dev) != (expect.st_ino, expect.st_dev):
+            return False
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+        return True
+    finally:
+        os.close(fd)
+
+
+def ensure_dir(
+    dir_fd: int, name: str, mode: int, uid: int | None = None, gid: int | None = None
+) -> int:
+    """Create (or repair) directory ``name`` in ``dir_fd`` with owner and exact mode.
+
+    Returns an open descriptor of it (the caller closes it). Ownership is set before the
+    mode, because chown clears the setgid bit.
+    """
+    try:
+        os.mkdir(name, mode & 0o777, dir_fd=dir_fd)
+    except FileExistsError:
+        pass
+    fd = open_dir(name, dir_fd)
+    try:
+        set_owner_and_mode(fd, mode, uid, gid)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def set_owner_and_mode(fd: int, mode: int, uid: int | None, gid: int | None) -> bool:
+    """fchown (when it differs) then fchmod (when it differs); True when anything changed."""
+    st = os.fstat(fd)
+    changed = False
+    want_uid = st.st_uid if uid is None else uid
+    want_gid = st.st_gid if gid is None else gid
+    if (st.st_uid, st.st_gid) != (want_uid, want_gid):
+        os.fchown(fd, want_uid, want_gid)
+        changed = True
+        st = os.fstat(fd)
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.fchmod(fd, mode)
+        changed = True
+    return changed

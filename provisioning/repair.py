@@ -1,0 +1,142 @@
+"""The entrypoint repair (every start) and, with ``deep``, the walk of every home.
+
+Whatever happened since the last start (an operator's ``chmod``, a restore from backup, a
+conversation loosening its own files) the root goes back to the table in DESIGN.md: the
+root and ``chats/`` ``2751``, personas ``0755``, "other" bits off everything else at the
+top, each home ``2750 conv:O`` (``0700`` single-account). The deep walk is
+:mod:`provisioning.walk`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+
+from . import naming, pinned
+from .accounts import AccountRegistry
+from .errors import ProvisioningError
+from .layout import CHATS_DIR, PERSONAS_DIR, RootInfo, init_root
+from .modes import HOME_MODE, OTHER_BITS, PRIVATE_DIR_MODE
+from .walk import WalkReport, repair_home_tree
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RepairReport:
+    homes: int = 0
+    top: WalkReport = field(default_factory=WalkReport)
+    deep: WalkReport = field(default_factory=WalkReport)
+
+    def as_dict(self) -> dict[str, object]:
+        total = WalkReport()
+        total.merge(self.top)
+        total.merge(self.deep)
+        return {
+            "homes": self.homes,
+            **total.as_dict(),
+            "top": self.top.as_dict(),
+            "deep": self.deep.as_dict(),
+            "errors": (self.top.errors + self.deep.errors)[:50],
+        }
+
+    @property
+    def ok(self) -> bool:
+        return self.top.failed == 0 and self.deep.failed == 0
+
+
+def repair(
+    root: RootInfo,
+    *,
+    isolated: bool,
+    registry: AccountRegistry | None = None,
+    deep: bool = False,
+    force: bool = False,
+) -> RepairReport:
+    """Repair the root and every home; with ``deep``, walk each home too."""
+    root = init_root(root.layout.root, root.operator_group)
+    report = RepairReport()
+    _strip_top_level(root, report.top)
+    accounts = registry.all() if (isolated and registry is not None) else {}
+    owner_uid = os.geteuid()
+    with pinned.opened_dir(root.layout.chats) as chats_fd:
+        for entry in sorted(os.scandir(chats_fd), key=lambda e: e.name):
+            if not naming.is_home_name(entry.name):
+                continue
+            report.top.checked += 1
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                _fail(report.top, f"{root.layout.chats / entry.name}: {exc.strerror}")
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                report.top.skipped += 1
+                log.warning("%s is not a directory; left alone", root.layout.chats / entry.name)
+                continue
+            if isolated:
+                account = accounts.get(entry.name)
+                if account is None:
+                    report.top.skipped += 1
+                    log.warning(
+                        "home %s has no account in %s; left alone (jazz-bridge homes ensure "
+                        "KEY repairs it)",
+                        root.layout.chats / entry.name,
+                        root.layout.uid_map,
+                    )
+                    continue
+                uid, gid, mode = account.uid, root.operator_gid, HOME_MODE
+            else:
+                uid, gid, mode = owner_uid, None, PRIVATE_DIR_MODE
+            report.homes += 1
+            try:
+                with pinned.opened_dir(entry.name, chats_fd) as home_fd:
+                    if pinned.set_owner_and_mode(home_fd, mode, uid, gid):
+                        report.top.changed += 1
+            except (OSError, ProvisioningError) as exc:
+                _fail(report.top, f"{root.layout.chats / entry.name}: {exc}")
+                continue
+            if deep:
+                try:
+                    walked = repair_home_tree(
+                        root.layout.chats / entry.name,
+                        setgid_home=isolated,
+                        owner_uid=uid,
+                        force=force,
+                    )
+                except (OSError, ProvisioningError) as exc:
+                    _fail(report.deep, f"{root.layout.chats / entry.name}: {exc}")
+                    continue
+                report.deep.merge(walked)
+    return report
+
+
+def _strip_top_level(root: RootInfo, report: WalkReport) -> None:
+    """Clear "other" bits of every top-level entry except chats/ and personas/."""
+    with pinned.opened_dir(root.layout.root) as root_fd:
+        for entry in os.scandir(root_fd):
+            if entry.name in (CHATS_DIR, PERSONAS_DIR):
+                continue
+            report.checked += 1
+            try:
+                st = entry.stat(follow_symlinks=False)
+                mode = stat.S_IMODE(st.st_mode)
+                if stat.S_ISLNK(st.st_mode) or not mode & OTHER_BITS:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    with pinned.opened_dir(entry.name, root_fd) as fd:
+                        os.fchmod(fd, mode & ~OTHER_BITS)
+                elif not pinned.chmod_entry(root_fd, entry.name, mode & ~OTHER_BITS, st):
+                    report.skipped += 1
+                    continue
+                report.changed += 1
+            except (OSError, ProvisioningError) as exc:
+                _fail(report, f"{root.layout.root / entry.name}: {exc}")
+
+
+def _fail(report: WalkReport, message: str) -> None:
+    report.failed += 1
+    if len(report.errors) < 50:
+        report.errors.append(message)
+    log.error("repair: %s", message)

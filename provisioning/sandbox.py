@@ -1,0 +1,207 @@
+"""How a runner process starts for a home: its identity, umask, session and environment.
+
+One helper builds all of it so every backend starts runs the same way: isolated, the
+conversation's uid and private gid with *no* supplementary groups (``user=`` alone keeps
+root's groups), umask 027, its own session and process group; single-account, the
+gateway's identity with umask 077. The environment is built from an allowlist, never a
+copy of the gateway's: the bot token, signing secret and webhook secret can't reach a run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import IsolationUnavailable
+from .homes import Home
+from .modes import ISOLATED_UMASK, PRIVATE_UMASK
+
+IsolationMode = Literal["auto", "on", "off"]
+
+# Names passed through from the gateway's environment when set (globs allowed).
+DEFAULT_ENV_ALLOWLIST: tuple[str, ...] = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    # model providers Jazz reads
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "GOOGLE_GENERATIVE_AI_API_KEY",
+    "GEMINI_API_KEY",
+    "MISTRAL_API_KEY",
+    "GROQ_API_KEY",
+    "XAI_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "OPENROUTER_API_KEY",
+    "OLLAMA_HOST",
+    "OLLAMA_BASE_URL",
+    "AZURE_OPENAI_*",
+    "AWS_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    # Jazz's own switches
+    "JAZZ_NO_TUI",
+    "JAZZ_DISABLE_UPDATE_CHECK",
+    "JAZZ_LOG_LEVEL",
+)
+
+# Never passed, whatever an allowlist says: the gateway's own configuration and secrets.
+ENV_DENYLIST: tuple[str, ...] = (
+    "JAZZ_BRIDGE_*",
+    "SLACK_*",
+    "TELEGRAM_*",
+    "*_BOT_TOKEN",
+    "*SIGNING_SECRET*",
+    "*WEBHOOK_SECRET*",
+    "JAZZ_DAEMON_TOKEN",
+    "JAZZ_OPERATOR_TOKEN",
+)
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+CAP_SETGID = 6
+CAP_SETUID = 7
+
+
+def can_switch_users() -> bool:
+    """True when this process may become another uid/gid (root with CAP_SETUID/SETGID)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("CapEff:"):
+                    caps = int(line.split()[1], 16)
+                    return bool(caps & (1 << CAP_SETUID)) and bool(caps & (1 << CAP_SETGID))
+    except OSError:
+        pass
+    return True
+
+
+def resolve_isolation(mode: IsolationMode) -> bool:
+    """``auto`` isolates when possible; ``on`` refuses to start without the means to."""
+    if mode == "off":
+        return False
+    able = can_switch_users()
+    if mode == "on" and not able:
+        raise IsolationUnavailable(
+            'isolation = "on" needs root with CAP_SETUID and CAP_SETGID to run each '
+            "conversation as its own account; run the gateway as root or set isolation to "
+            '"auto" or "off"'
+        )
+    return able
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def build_env(
+    home: Home,
+    *,
+    surface: str,
+    environ: Mapping[str, str] | None = None,
+    allowlist: Iterable[str] = DEFAULT_ENV_ALLOWLIST,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The runner's environment: allowlisted names, then the home's own paths."""
+    source = os.environ if environ is None else environ
+    patterns = tuple(allowlist)
+    env = {
+        name: value
+        for name, value in source.items()
+        if _matches(name, patterns) and not _matches(name, ENV_DENYLIST)
+    }
+    env.setdefault("PATH", DEFAULT_PATH)
+    for name, value in (extra or {}).items():
+        if not _matches(name, ENV_DENYLIST):
+            env[name] = value
+    path = str(home.path)
+    env["JAZZ_HOME"] = path
+    env["JAZZ_SURFACE"] = surface
+    env["JAZZ_NO_TUI"] = "1"
+    env["JAZZ_DISABLE_UPDATE_CHECK"] = "1"
+    if home.isolated:
+        env.update(
+            HOME=path,
+            USER=home.account.name,
+            LOGNAME=home.account.name,
+            XDG_CONFIG_HOME=f"{path}/xdg-config",
+            XDG_DATA_HOME=f"{path}/xdg-data",
+            XDG_STATE_HOME=f"{path}/xdg-state",
+            XDG_CACHE_HOME=f"{path}/xdg-cache",
+            GNUPGHOME=f"{path}/gnupg",
+            PASSWORD_STORE_DIR=f"{path}/password-store",
+            TMPDIR=f"{path}/tmp",
+        )
+    else:
+        for name in ("HOME", "USER", "LOGNAME"):
+            if name in source:
+                env[name] = source[name]
+        env["TMPDIR"] = f"{path}/tmp"
+    return env
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """Everything ``subprocess``/``asyncio`` need to start a run as a home's account."""
+
+    home: Home
+    env: dict[str, str]
+    umask: int
+    uid: int | None = None
+    gid: int | None = None
+    cwd: str = field(default="")
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``subprocess.Popen`` / ``asyncio.create_subprocess_exec``."""
+        kwargs: dict[str, Any] = {
+            "env": self.env,
+            "umask": self.umask,
+            "start_new_session": True,  # own session and process group: killable as a whole
+            "cwd": self.cwd or str(self.home.path),
+            "close_fds": True,
+        }
+        if self.uid is not None:
+            kwargs.update(user=self.uid, group=self.gid, extra_groups=[])
+        return kwargs
+
+
+def run_identity(
+    home: Home,
+    *,
+    surface: str,
+    environ: Mapping[str, str] | None = None,
+    allowlist: Iterable[str] = DEFAULT_ENV_ALLOWLIST,
+    extra_env: Mapping[str, str] | None = None,
+) -> RunIdentity:
+    """How a runner starts for ``home`` (see the module docstring)."""
+    env = build_env(home, surface=surface, environ=environ, allowlist=allowlist, extra=extra_env)
+    workspace = f"{home.path}/workspace"
+    if home.isolated:
+        return RunIdentity(
+            home=home,
+            env=env,
+            umask=ISOLATED_UMASK,
+            uid=home.account.uid,
+            gid=home.account.gid,
+            cwd=workspace,
+        )
+    return RunIdentity(home=home, env=env, umask=PRIVATE_UMASK, cwd=workspace)

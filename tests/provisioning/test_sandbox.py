@@ -1,0 +1,101 @@
+"""The run identity: uid, no supplementary groups, umask, session, allowlisted environment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import OperatorGroup, needs_root
+
+from provisioning.accounts import AccountRegistry
+from provisioning.errors import IsolationUnavailable
+from provisioning.homes import Homes
+from provisioning.layout import init_root
+from provisioning.sandbox import build_env, resolve_isolation, run_identity
+
+PROBE = "id -u; id -g; id -G; umask; ps -o sid= -p $$; echo $$"
+
+GATEWAY_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "OPENAI_API_KEY": "sk-provider",
+    "JAZZ_BRIDGE_SLACK__BOT_TOKEN": "xoxb-secret",
+    "SLACK_SIGNING_SECRET": "sig-secret",
+    "TELEGRAM_TOKEN": "123:tg",
+    "MY_WEBHOOK_SECRET": "hook",
+    "AWS_SECRET_ACCESS_KEY": "aws",
+    "HOME": "/root",
+    "RANDOM_THING": "x",
+}
+
+
+def _probe(identity_kwargs: dict[str, object]) -> list[str]:
+    proc = subprocess.run(
+        ["sh", "-c", PROBE],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=20,
+        **identity_kwargs,
+    )  # type: ignore[call-overload]
+    return proc.stdout.split("\n")
+
+
+@needs_root
+def test_isolated_run_is_the_conversation_with_no_groups_and_umask_027(
+    shared_root: Path, operator_group: OperatorGroup, uid_range: tuple[int, int]
+) -> None:
+    info = init_root(shared_root, operator_group.name)
+    homes = Homes(
+        info, isolated=True, registry=AccountRegistry(info.layout, info.operator_gid, uid_range)
+    )
+    home = homes.ensure("web:probe")
+    ident = run_identity(home, surface="web", environ=GATEWAY_ENV)
+    uid, gid, groups, umask, sid, pid = _probe(ident.popen_kwargs())[:6]
+    assert int(uid) == home.account.uid
+    assert int(gid) == home.account.gid
+    assert groups.split() == [str(home.account.gid)]  # no supplementary groups, not O, not root
+    assert umask == "0027"
+    assert sid.strip() == pid  # its own session
+    env = ident.env
+    assert env["HOME"] == str(home.path)
+    assert env["TMPDIR"] == f"{home.path}/tmp"
+    assert env["GNUPGHOME"] == f"{home.path}/gnupg"
+    assert env["XDG_CONFIG_HOME"] == f"{home.path}/xdg-config"
+    assert env["JAZZ_HOME"] == str(home.path)
+
+
+def test_environment_is_an_allowlist_without_secrets(tmp_path: Path) -> None:
+    info = init_root(tmp_path / "r")
+    home = Homes(info, isolated=False).ensure("web:env")
+    env = build_env(home, surface="telegram", environ=GATEWAY_ENV, extra={"SLACK_BOT_TOKEN": "x"})
+    assert env["OPENAI_API_KEY"] == "sk-provider"
+    assert env["JAZZ_SURFACE"] == "telegram"
+    assert env["PATH"] == "/usr/bin:/bin"
+    for leaked in ("xoxb-secret", "sig-secret", "123:tg", "hook"):
+        assert leaked not in env.values()
+    assert "SLACK_BOT_TOKEN" not in env
+    assert "RANDOM_THING" not in env
+    assert "JAZZ_BRIDGE_SLACK__BOT_TOKEN" not in env
+
+
+def test_single_account_run_keeps_our_identity_and_umask_077(tmp_path: Path) -> None:
+    info = init_root(tmp_path / "r")
+    home = Homes(info, isolated=False).ensure("web:me")
+    ident = run_identity(home, surface="web", environ=GATEWAY_ENV)
+    uid, _gid, _groups, umask = _probe(ident.popen_kwargs())[:4]
+    assert int(uid) == os.geteuid()
+    assert umask == "0077"
+
+
+def test_isolation_modes() -> None:
+    assert resolve_isolation("off") is False
+    if os.geteuid() == 0:
+        assert resolve_isolation("auto") is True
+        assert resolve_isolation("on") is True
+    else:
+        assert resolve_isolation("auto") is False
+        with pytest.raises(IsolationUnavailable, match="needs root"):
+            resolve_isolation("on")
