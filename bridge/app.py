@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 
@@ -70,13 +71,13 @@ def provision(settings: CoreSettings, *, repair_homes: bool = True) -> Provision
     return Provisioned(root, homes, registry, isolated)
 
 
-def make_backend(settings: CoreSettings) -> RunnerBackend:
+def make_backend(settings: CoreSettings, tools_dir: Path | None = None) -> RunnerBackend:
     cfg = settings.runner
     if cfg.backend == "daemon":
         from .runner.daemon import DaemonRunner
 
         return DaemonRunner(cfg)
-    command, is_reference = default_command(cfg.command)
+    command, is_reference = default_command(cfg.command, tools_dir)
     if is_reference:
         log.warning(
             "jazz is not on PATH and runner.command is not set: using the bundled reference "
@@ -110,7 +111,9 @@ class GatewayApp:
         self.provisioned = await asyncio.to_thread(provision, self.settings)
         self.store = SqliteStore(self.provisioned.root.layout.database)
         await self.store.open()
-        backend = make_backend(self.settings)
+        backend = await asyncio.to_thread(
+            make_backend, self.settings, self.provisioned.root.layout.tools
+        )
         self.engine = Engine(
             self.settings, self.store, self.provisioned.homes, backend, self.metrics, {}
         )

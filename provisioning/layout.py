@@ -17,7 +17,14 @@ from pathlib import Path
 
 from . import pinned
 from .errors import LayoutError, OperatorGroupError, UnsafePathError
-from .modes import ARCHIVE_DIR_MODE, CHATS_MODE, PERSONAS_MODE, ROOT_MODE, STATE_DIR_MODE
+from .modes import (
+    ARCHIVE_DIR_MODE,
+    CHATS_MODE,
+    PERSONAS_MODE,
+    ROOT_MODE,
+    STATE_DIR_MODE,
+    TOOLS_DIR_MODE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +32,7 @@ CHATS_DIR = "chats"
 PERSONAS_DIR = "personas"
 STATE_DIR = "state"
 ARCHIVE_DIR = "archive"
+TOOLS_DIR = "tools"
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,10 @@ class Layout:
     @property
     def archive(self) -> Path:
         return self.root / ARCHIVE_DIR
+
+    @property
+    def tools(self) -> Path:
+        return self.root / TOOLS_DIR
 
     @property
     def uid_map(self) -> Path:
@@ -136,6 +148,7 @@ def init_root(root: Path, operator_group: str | None = None) -> RootInfo:
             (PERSONAS_DIR, PERSONAS_MODE),
             (STATE_DIR, STATE_DIR_MODE),
             (ARCHIVE_DIR, ARCHIVE_DIR_MODE),
+            (TOOLS_DIR, TOOLS_DIR_MODE),
         ):
             try:
                 child = pinned.ensure_dir(fd, name, mode, uid, gid)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from . import naming, pinned
 from .accounts import AccountRegistry
 from .errors import ProvisioningError
-from .layout import CHATS_DIR, PERSONAS_DIR, RootInfo, init_root
+from .layout import CHATS_DIR, PERSONAS_DIR, TOOLS_DIR, RootInfo, init_root
 from .modes import HOME_MODE, OTHER_BITS, PRIVATE_DIR_MODE
 from .walk import WalkReport, repair_home_tree
 
@@ -116,7 +116,7 @@ def _strip_top_level(root: RootInfo, report: WalkReport) -> None:
     """Clear "other" bits of every top-level entry except chats/ and personas/."""
     with pinned.opened_dir(root.layout.root) as root_fd:
         for entry in os.scandir(root_fd):
-            if entry.name in (CHATS_DIR, PERSONAS_DIR):
+            if entry.name in (CHATS_DIR, PERSONAS_DIR, TOOLS_DIR):
                 continue
             report.checked += 1
             try:

@@ -104,3 +104,16 @@ def shared_root(tmp_path: Path) -> Iterator[Path]:
         os.chmod(parent, 0o755)  # pytest makes its base 0700; accounts must traverse to root
     yield root
     remove_accounts(root / "state" / "accounts.json")
+
+
+@pytest.fixture
+def fake_dir(tmp_path: Path) -> Path:
+    """Where the tests' fake runner logs its runs (writable by conversation accounts)."""
+    d = tmp_path / "fake"
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    for parent in [tmp_path, *tmp_path.parents]:
+        if parent in (Path("/tmp"), Path("/")):
+            break
+        os.chmod(parent, 0o755)
+    return d

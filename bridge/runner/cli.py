@@ -14,10 +14,14 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
+import stat
+import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..errors import RunnerError
@@ -28,6 +32,7 @@ from .procs import RUN_TAG_ENV, kill_all, signal_group
 log = logging.getLogger(__name__)
 
 STDERR_TAIL = 20
+TOOL_MODE = 0o0755  # rwxr-xr-x  shared runner tools, readable by every account
 MAX_LINE = 16 * 1024 * 1024  # an envelope (or event) longer than this is not one
 CHUNK = 256 * 1024
 ANSWER_FRAMES = {
@@ -335,20 +340,60 @@ def _replace(result: RunResult, **changes: Any) -> RunResult:
     return replace(result, **changes)
 
 
-def default_command(configured: Sequence[str] | None) -> tuple[list[str], bool]:
+def reachable_by_others(path: str, *, need: int = stat.S_IXOTH) -> bool:
+    """True when an account outside the owner's group can reach and use ``path``.
+
+    A conversation account runs the runner: an interpreter under ``/root`` (pyenv) is not
+    usable by it, whatever root can do.
+    """
+    real = os.path.realpath(path)
+    try:
+        if not os.stat(real).st_mode & need:
+            return False
+        parent = os.path.dirname(real)
+        while True:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return False
+            if parent == "/":
+                return True
+            parent = os.path.dirname(parent)
+    except OSError:
+        return False
+
+
+def shared_interpreter() -> str:
+    """A Python interpreter every account can run (ours if it is, else the system's)."""
+    for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        if candidate and reachable_by_others(candidate):
+            return candidate
+    return sys.executable
+
+
+def default_command(
+    configured: Sequence[str] | None, tools_dir: Path | None = None
+) -> tuple[list[str], bool]:
     """The runner command: configured, else ``jazz`` on PATH, else the reference runner.
 
-    Returns ``(argv, is_reference)``.
+    Returns ``(argv, is_reference)``. The reference runner is stdlib-only; when
+    ``tools_dir`` is given it is copied there (readable by every account) and started with
+    an interpreter every account can run, so isolated conversations can start it even when
+    the gateway's own Python lives somewhere only root can reach.
     """
-    import shutil
-    import sys
-
     if configured:
         return list(configured), False
     jazz = shutil.which("jazz")
     if jazz:
         return [jazz], False
-    ref = shutil.which("jazz-reference-runner", path=os.path.dirname(sys.executable))
-    if ref:
-        return [ref], True
-    return [sys.executable, "-m", "bridge.reference_runner"], True
+    from .. import reference_runner
+
+    script = Path(reference_runner.__file__)
+    if tools_dir is not None:
+        target = tools_dir / "jazz-reference-runner.py"
+        data = script.read_bytes()
+        if not target.exists() or target.read_bytes() != data:
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(data)
+            os.chmod(tmp, TOOL_MODE)
+            os.replace(tmp, target)
+        script = target
+    return [shared_interpreter(), str(script)], True

@@ -68,7 +68,7 @@ def test_corrupt_map_is_moved_aside_and_rebuilt_without_reassigning(
     b = homes.ensure("web:b")
     map_path = shared_root / "state" / "accounts.json"
     map_path.write_text("{not json")
-    homes2, registry2 = _setup(shared_root, operator_group, uid_range)
+    homes2, _registry2 = _setup(shared_root, operator_group, uid_range)
     c = homes2.ensure("web:c")  # a new conversation after the loss
     assert c.account.uid not in (a.account.uid, b.account.uid)
     assert homes2.ensure("web:a").account.uid == a.account.uid

@@ -1,0 +1,675 @@
+"""The daemon backend: runs a turn on a long-lived ``jazz daemon`` over its local HTTP API.
+
+Some deployments keep Jazz running as ``jazz daemon`` (one per ``JAZZ_HOME``) instead of
+starting ``jazz run`` per message. This backend gives the turn engine the same
+:class:`RunHandle` as the CLI backend on top of that API (RUNNER-CONTRACT.md, "The
+daemon"): ``POST /runs`` starts the run, ``GET /runs/:id`` is polled for progress events,
+what is waiting for a person and the final envelope, and prompt answers and ``/stop`` become
+``POST /runs/:id/answer`` and ``POST /runs/:id/cancel``. Events, prompts and results look
+exactly as the CLI backend's do, so the engine cannot tell the two apart.
+
+Every request carries the bearer token (never logged) and never an ``Origin`` header (the
+daemon refuses those). The timeout counts only time the run is not waiting for a person; a
+daemon that stops answering mid-run is retried with backoff, then reported as a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from ..config import RunnerSettings
+from ..errors import RunnerError
+from .base import PROMPT_EVENTS, RunHandle, RunnerBackend, RunnerEvent, RunRequest, RunResult
+from .envelope import parse_envelope
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
+MAX_BODY = 64 * 1024 * 1024  # a poll answer larger than this is not one
+STDERR_TAIL = 20
+UNREACHABLE_S = 30.0  # how long a daemon may stop answering mid-run before we give up
+STOP_GRACE_S = 10.0  # how long to wait for the daemon to confirm a cancel
+MAX_BACKOFF_S = 5.0
+
+WAITING_STATES = frozenset({"input-required"})
+ACTIVE_STATES = frozenset(
+    {"queued", "pending", "starting", "running", "working", "input-required", "paused"}
+)
+SUCCESS_STATES = frozenset({"completed", "complete", "succeeded", "success", "done", "finished"})
+FAILED_STATES = frozenset({"failed", "error", "errored"})
+CANCELLED_STATES = frozenset({"cancelled", "canceled", "interrupted", "stopped", "aborted"})
+FINISHED_STATES = SUCCESS_STATES | FAILED_STATES | CANCELLED_STATES
+
+# pending item kind -> (event type, id key, other keys the CLI's event carries)
+PROMPT_KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "approval": ("approval_required", "toolCallId", ("toolName", "message", "preview")),
+    "input": (
+        "user_input_required",
+        "requestId",
+        ("question", "suggestions", "allowCustom"),
+    ),
+    "secret": ("user_secret_required", "requestId", ("name", "message")),
+}
+KIND_ALIASES = {
+    "approval": "approval",
+    "approval_required": "approval",
+    "tool_approval": "approval",
+    "question": "input",
+    "input": "input",
+    "user_input": "input",
+    "user_input_required": "input",
+    "secret": "secret",
+    "user_secret": "secret",
+    "user_secret_required": "secret",
+}
+
+NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+
+
+class DaemonProtocolError(Exception):
+    """The daemon answered with something that is not a usable HTTP/JSON reply."""
+
+
+class DaemonRunner(RunnerBackend):
+    name = "daemon"
+
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        *,
+        unreachable_s: float = UNREACHABLE_S,
+        stop_grace_s: float = STOP_GRACE_S,
+    ) -> None:
+        self.settings = settings
+        self.url = settings.daemon_url.rstrip("/")
+        self.poll_s = settings.daemon_poll_s
+        self.unreachable_s = unreachable_s
+        self.stop_grace_s = stop_grace_s
+        self._session: aiohttp.ClientSession | None = None
+        self._handles: set[DaemonRunHandle] = set()
+
+    # -- HTTP -------------------------------------------------------------------------------
+
+    def _secrets(self) -> list[str]:
+        values = [self.settings.daemon_token, self.settings.daemon_operator_token]
+        return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+
+    def redact(self, text: str) -> str:
+        """``text`` with any configured token replaced (daemon messages may echo headers)."""
+        for value in self._secrets():
+            text = text.replace(value, "***")
+        return text
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # No default headers: every request builds its own, and none ever has Origin.
+            self._session = aiohttp.ClientSession(timeout=REQUEST_TIMEOUT, trust_env=False)
+        return self._session
+
+    async def request(
+        self, method: str, path: str, *, body: dict[str, Any] | None = None, operator: bool = False
+    ) -> tuple[int, Any]:
+        """One request to the daemon: ``(status, parsed JSON or None)``.
+
+        Raises one of ``NETWORK_ERRORS`` or :class:`DaemonProtocolError` when no usable
+        reply came.
+        """
+        token = self.settings.daemon_token
+        if token is None:
+            raise RunnerError("runner.daemon_token is not set: the Jazz daemon needs its token")
+        headers = {
+            "Authorization": f"Bearer {token.get_secret_value()}",
+            "Accept": "application/json",
+        }
+        op = self.settings.daemon_operator_token
+        if operator and op is not None:
+            headers["X-Jazz-Operator-Token"] = op.get_secret_value()
+        async with self._client().request(
+            method,
+            self.url + path,
+            json=body,  # sets Content-Type: application/json when there is a body
+            headers=headers,
+            allow_redirects=False,  # never carry the token anywhere else
+        ) as resp:
+            raw = bytearray()
+            async for chunk in resp.content.iter_chunked(256 * 1024):
+                raw += chunk
+                if len(raw) > MAX_BODY:
+                    raise DaemonProtocolError(f"reply to {method} {path} is over {MAX_BODY} bytes")
+            data: Any = None
+            if raw:
+                try:
+                    data = json.loads(raw)
+                except ValueError:
+                    data = None
+            return resp.status, data
+
+    def detail(self, data: Any) -> str:
+        """A short, redacted reason from a daemon error body, for messages."""
+        message: Any = None
+        if isinstance(data, dict):
+            message = data.get("error") or data.get("message")
+            if isinstance(message, dict):
+                message = message.get("message")
+        if not isinstance(message, str) or not message.strip():
+            return ""
+        return ": " + self.redact(message.strip())[:200]
+
+    # -- runs -------------------------------------------------------------------------------
+
+    async def start(self, request: RunRequest) -> RunHandle:
+        if self.settings.daemon_token is None:
+            raise RunnerError(
+                "runner.daemon_token is not set: the Jazz daemon at "
+                f"{self.url} needs its bearer token (JAZZ_BRIDGE_RUNNER__DAEMON_TOKEN)"
+            )
+        body = {
+            "agent": request.agent,
+            "prompt": request.prompt,
+            "conversationId": request.conversation,
+        }
+        try:
+            status, data = await self.request("POST", "/runs", body=body)
+        except NETWORK_ERRORS as exc:
+            raise RunnerError(
+                f"cannot reach the Jazz daemon at {self.url} ({describe(exc)}); "
+                "is `jazz daemon` running? check runner.daemon_url"
+            ) from None
+        except DaemonProtocolError as exc:
+            raise RunnerError(
+                f"the Jazz daemon at {self.url} sent an unusable reply: {exc}"
+            ) from None
+        if status in (401, 403):
+            raise RunnerError(
+                f"the Jazz daemon at {self.url} refused to start a run (HTTP {status})"
+                f"{self.detail(data)}; check runner.daemon_token"
+            )
+        if status >= 500:
+            raise RunnerError(
+                f"the Jazz daemon at {self.url} failed to start a run (HTTP {status})"
+                f"{self.detail(data)}"
+            )
+        if status >= 300:
+            raise RunnerError(
+                f"the Jazz daemon at {self.url} rejected the run (HTTP {status}){self.detail(data)}"
+            )
+        run_id = _run_id(data)
+        if run_id is None:
+            raise RunnerError(
+                f"the Jazz daemon at {self.url} answered POST /runs (HTTP {status}) "
+                "without a run id"
+            )
+        log.info("daemon run %s started for conversation %s", run_id, request.conversation)
+        handle = DaemonRunHandle(self, run_id, request)
+        self._handles.add(handle)
+        handle.begin(data if isinstance(data, dict) and "state" in data else None)
+        return handle
+
+    def forget(self, handle: DaemonRunHandle) -> None:
+        self._handles.discard(handle)
+
+    async def close(self) -> None:
+        handles = list(self._handles)
+        if handles:
+            await asyncio.gather(*(h.stop("shutdown") for h in handles), return_exceptions=True)
+            await asyncio.gather(*(h.wait() for h in handles), return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class DaemonRunHandle(RunHandle):
+    def __init__(self, runner: DaemonRunner, run_id: str, request: RunRequest) -> None:
+        self.runner = runner
+        self.run_id = run_id
+        self.request = request
+        self.path = f"/runs/{quote(run_id, safe='')}"
+        self.started = time.monotonic()
+        self._events: asyncio.Queue[RunnerEvent | None] = asyncio.Queue()
+        self._seen = 0  # how many of the run's events were forwarded
+        self._surfaced: set[str] = set()  # prompt ids already emitted
+        self._pending: set[str] = set()  # prompt ids emitted and not answered
+        self._tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._active_s = 0.0
+        self._active_since: float | None = time.monotonic()
+        self._stop_reason: str | None = None
+        self._timed_out = False
+        self._cancel_sent = False
+        self._stop_deadline: float | None = None
+        self._wake = asyncio.Event()
+        self._result: RunResult | None = None
+        self._done = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def begin(self, initial: dict[str, Any] | None) -> None:
+        self._task = asyncio.create_task(self._main(initial), name=f"daemon-run-{self.run_id}")
+
+    # -- active time (paused while a person is asked) ---------------------------------------
+
+    def _pause(self) -> None:
+        if self._active_since is not None:
+            self._active_s += time.monotonic() - self._active_since
+            self._active_since = None
+
+    def _resume(self) -> None:
+        if self._active_since is None:
+            self._active_since = time.monotonic()
+
+    def active_seconds(self) -> float:
+        running = time.monotonic() - self._active_since if self._active_since else 0.0
+        return self._active_s + running
+
+    # -- polling ----------------------------------------------------------------------------
+
+    async def _main(self, initial: dict[str, Any] | None) -> None:
+        try:
+            self._result = self._final(await self._poll_loop(initial))
+        except asyncio.CancelledError:
+            if self._result is None:
+                self._result = self._final(self._unconfirmed())
+            raise
+        except Exception as exc:  # a bug here must still end the run with a result
+            log.exception("daemon run %s: polling failed", self.run_id)
+            self._result = self._final(
+                RunResult(
+                    ok=False,
+                    code="failed",
+                    error=f"the daemon backend failed: {type(exc).__name__}",
+                    duration_ms=self._duration_ms(),
+                    stderr_tail=list(self._tail),
+                )
+            )
+        finally:
+            self.runner.forget(self)
+            self._events.put_nowait(None)
+            self._done.set()
+
+    async def _poll_loop(self, initial: dict[str, Any] | None) -> RunResult:
+        run = initial
+        while True:
+            if run is not None:
+                self._apply(run)
+                if _finished(run):
+                    return self._from_run(run)
+            if self._stop_deadline is not None and time.monotonic() >= self._stop_deadline:
+                return self._unconfirmed()
+            if self._stop_reason is None and self.active_seconds() >= self.request.timeout_s:
+                log.info(
+                    "daemon run %s: over its %gs timeout; cancelling",
+                    self.run_id,
+                    self.request.timeout_s,
+                )
+                self._timed_out = True
+                self._stop_reason = "timeout"
+                await self._cancel()
+            else:
+                await self._sleep()
+            run, failed = await self._fetch()
+            if failed is not None:
+                return failed
+
+    async def _sleep(self) -> None:
+        delay = self.runner.poll_s
+        now = time.monotonic()
+        if self._active_since is not None and self._stop_reason is None:
+            delay = min(delay, max(self.request.timeout_s - self.active_seconds(), 0.0))
+        if self._stop_deadline is not None:
+            delay = min(delay, max(self._stop_deadline - now, 0.0))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=delay)
+        self._wake.clear()
+
+    async def _fetch(self) -> tuple[dict[str, Any] | None, RunResult | None]:
+        """The run object, or the result that ends the run (lost, refused, unreachable)."""
+        url = self.runner.url
+        first_failure: float | None = None
+        backoff = min(self.runner.poll_s, 0.25)
+        while True:
+            try:
+                status, data = await self.runner.request("GET", self.path)
+            except NETWORK_ERRORS as exc:
+                problem = describe(exc)
+            except DaemonProtocolError as exc:
+                problem = str(exc)
+            else:
+                if status == 200 and isinstance(data, dict):
+                    if first_failure is not None:
+                        log.info("daemon run %s: the daemon at %s answers again", self.run_id, url)
+                    return data, None
+                if status == 404:
+                    return None, self._failure(
+                        "run_lost",
+                        f"the Jazz daemon at {url} no longer knows run {self.run_id} "
+                        "(it may have restarted)",
+                    )
+                if status in (401, 403):
+                    return None, self._failure(
+                        "daemon_refused",
+                        f"the Jazz daemon at {url} refused to report run {self.run_id} "
+                        f"(HTTP {status}){self.runner.detail(data)}; check runner.daemon_token",
+                    )
+                if status == 200:
+                    problem = "a reply that is not a run object"
+                elif status >= 500 or status == 429:
+                    problem = f"HTTP {status}{self.runner.detail(data)}"
+                else:
+                    return None, self._failure(
+                        "daemon_error",
+                        f"the Jazz daemon at {url} answered HTTP {status} for run "
+                        f"{self.run_id}{self.runner.detail(data)}",
+                    )
+            now = time.monotonic()
+            if first_failure is None:
+                first_failure = now
+                log.warning(
+                    "daemon run %s: cannot poll %s (%s); retrying", self.run_id, url, problem
+                )
+            if now - first_failure >= self.runner.unreachable_s:
+                return None, self._failure(
+                    "daemon_unreachable",
+                    f"lost contact with the Jazz daemon at {url} for "
+                    f"{self.runner.unreachable_s:g}s ({problem})",
+                )
+            if self._stop_deadline is not None and now >= self._stop_deadline:
+                return None, self._unconfirmed()
+            left = self.runner.unreachable_s - (now - first_failure)
+            await asyncio.sleep(max(min(backoff, left), 0.0))
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _apply(self, run: dict[str, Any]) -> None:
+        """Forward new events, surface new prompts, pause or resume the active clock."""
+        events = run.get("events")
+        if isinstance(events, list):
+            for raw in events[self._seen :]:
+                self._seen += 1
+                if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+                    continue
+                event = RunnerEvent(type=raw["type"], data=dict(raw))
+                if event.type in PROMPT_EVENTS:
+                    ident = event.data.get("toolCallId") or event.data.get("requestId")
+                    if isinstance(ident, str):
+                        if ident in self._surfaced:
+                            continue
+                        self._surfaced.add(ident)
+                        self._pending.add(ident)
+                elif event.type == "error":
+                    message = event.data.get("message") or event.data.get("error")
+                    if isinstance(message, str):
+                        self._tail.append(message[:500])
+                self._events.put_nowait(event)
+        if not _finished(run):
+            for item in _pending_items(run.get("pending")):
+                prompt = _prompt_event(item)
+                if prompt is None:
+                    log.warning("daemon run %s: unrecognised pending item ignored", self.run_id)
+                    continue
+                ident = prompt.data.get("toolCallId") or prompt.data.get("requestId")
+                if not isinstance(ident, str) or ident in self._surfaced:
+                    continue
+                self._surfaced.add(ident)
+                self._pending.add(ident)
+                self._events.put_nowait(prompt)
+        if run.get("state") in WAITING_STATES:
+            self._pause()
+        else:
+            self._resume()
+
+    # -- results ----------------------------------------------------------------------------
+
+    def _duration_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+    def _failure(self, code: str, error: str) -> RunResult:
+        self._tail.append(error[:500])
+        return RunResult(
+            ok=False,
+            code=code,
+            error=error,
+            duration_ms=self._duration_ms(),
+            stderr_tail=list(self._tail),
+        )
+
+    def _unconfirmed(self) -> RunResult:
+        return self._failure(
+            "interrupted",
+            f"the Jazz daemon did not confirm that run {self.run_id} was cancelled",
+        )
+
+    def _from_run(self, run: dict[str, Any]) -> RunResult:
+        state = run.get("state")
+        error = run.get("error")
+        if isinstance(error, dict):
+            error = error.get("message")
+        if isinstance(error, str) and error.strip():
+            self._tail.append(error.strip()[:500])
+        else:
+            error = None
+        envelope = run.get("envelope")
+        if envelope is None:
+            envelope = run.get("result")
+        line: str | None = None
+        if isinstance(envelope, dict):
+            line = json.dumps(envelope)
+        elif isinstance(envelope, str) and envelope.strip().startswith("{"):
+            line = envelope.strip()
+        if line is not None:
+            return parse_envelope(
+                line,
+                exit_code=None,
+                stderr_tail=list(self._tail),
+                duration_ms=self._duration_ms(),
+            )
+        if state in CANCELLED_STATES:
+            return self._failure("interrupted", error or "the run was cancelled on the daemon")
+        if state in FAILED_STATES:
+            return self._failure(
+                "failed", error or "the Jazz daemon reported that the run failed, with no result"
+            )
+        return self._failure(
+            "no_envelope", error or "the Jazz daemon reported the run finished without a result"
+        )
+
+    def _final(self, result: RunResult) -> RunResult:
+        if self._timed_out:
+            limit = self.request.timeout_s
+            return replace(
+                result,
+                ok=False,
+                code="timeout",
+                error=f"the run took longer than {limit:g}s and was stopped",
+                timed_out=True,
+            )
+        if self._stop_reason is not None:
+            return replace(
+                result,
+                ok=False,
+                code="interrupted",
+                stopped=True,
+                error=result.error or self._stop_reason,
+            )
+        return result
+
+    # -- control ----------------------------------------------------------------------------
+
+    def events(self) -> AsyncIterator[RunnerEvent]:
+        return self._iter_events()
+
+    async def _iter_events(self) -> AsyncIterator[RunnerEvent]:
+        while True:
+            event = await self._events.get()
+            if event is None:
+                return
+            yield event
+
+    async def answer(self, frame: dict[str, Any]) -> None:
+        if self._done.is_set():
+            return
+        kind = frame.get("type")
+        operator = False
+        ident: Any
+        body: dict[str, Any]
+        if kind == "approval_decision":
+            ident = frame.get("toolCallId")
+            if frame.get("approved") is True:
+                body = {"toolCallId": ident, "approved": True}
+                operator = True
+            else:
+                body = {"toolCallId": ident, "approved": False, "note": "rejected in chat"}
+        elif kind == "user_input_response":
+            ident = frame.get("requestId")
+            response = frame.get("response")
+            body = {"requestId": ident, "response": response if isinstance(response, str) else ""}
+            operator = True
+        elif kind == "user_secret_response":
+            ident = frame.get("requestId")
+            value = frame.get("value")
+            if isinstance(frame.get("unavailable"), str):
+                note = f"unavailable: {frame['unavailable']}"
+                body = {"requestId": ident, "approved": False, "note": note}
+            elif isinstance(value, str) and frame.get("declined") is not True:
+                body = {"requestId": ident, "secret": value}
+                operator = True
+            else:
+                body = {"requestId": ident, "approved": False, "note": "declined"}
+        else:
+            log.warning("daemon run %s: unknown answer frame %r ignored", self.run_id, kind)
+            return
+        problem: str | None = None
+        try:
+            status, _ = await self.runner.request(
+                "POST", f"{self.path}/answer", body=body, operator=operator
+            )
+        except NETWORK_ERRORS as exc:
+            problem = f"could not reach the Jazz daemon at {self.runner.url} ({describe(exc)})"
+        except DaemonProtocolError as exc:
+            problem = f"the Jazz daemon sent an unusable reply ({exc})"
+        else:
+            if status >= 300:
+                # the body is not shown: a daemon could echo the answer (a secret) back
+                hint = ""
+                if status in (401, 403):
+                    hint = (
+                        "; check runner.daemon_operator_token"
+                        if operator
+                        else "; check runner.daemon_token"
+                    )
+                problem = f"the Jazz daemon refused the answer (HTTP {status}){hint}"
+        if problem is not None:
+            log.error("daemon run %s: answer to %s not delivered: %s", self.run_id, ident, problem)
+            self._tail.append(problem[:500])
+            self._events.put_nowait(
+                RunnerEvent(type="error", data={"type": "error", "message": problem})
+            )
+            return
+        if isinstance(ident, str):
+            self._pending.discard(ident)
+        if not self._pending:
+            self._resume()
+        self._wake.set()
+
+    async def _cancel(self) -> None:
+        if self._cancel_sent:
+            return
+        self._cancel_sent = True
+        self._stop_deadline = time.monotonic() + self.runner.stop_grace_s
+        try:
+            status, _ = await self.runner.request("POST", f"{self.path}/cancel", body={})
+            if status in (404, 405):
+                status, _ = await self.runner.request("DELETE", self.path)
+        except (*NETWORK_ERRORS, DaemonProtocolError) as exc:
+            log.warning("daemon run %s: cancel not delivered (%s)", self.run_id, describe(exc))
+            return
+        if status >= 300 and status not in (404, 409):
+            log.warning("daemon run %s: the daemon answered HTTP %d to cancel", self.run_id, status)
+
+    async def stop(self, reason: str = "stopped") -> None:
+        if self._done.is_set() or self._task is None:
+            return
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        await self._cancel()
+        self._wake.set()
+        done, _ = await asyncio.wait({self._task}, timeout=self.runner.stop_grace_s + 1)
+        if not done:  # stuck in a request to an unresponsive daemon
+            self._task.cancel()
+            await asyncio.wait({self._task})
+
+    async def wait(self) -> RunResult:
+        assert self._task is not None
+        await asyncio.wait({self._task})
+        assert self._result is not None
+        return self._result
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _run_id(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return None
+    for key in ("id", "runId"):
+        value = data.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+    return None
+
+
+def _finished(run: dict[str, Any]) -> bool:
+    state = run.get("state")
+    if state in FINISHED_STATES:
+        return True
+    has_envelope = isinstance(run.get("envelope"), dict | str) or isinstance(
+        run.get("result"), dict | str
+    )
+    return has_envelope and state not in ACTIVE_STATES
+
+
+def _pending_items(pending: Any) -> list[dict[str, Any]]:
+    if isinstance(pending, dict):
+        return [pending]
+    if isinstance(pending, list):
+        return [p for p in pending if isinstance(p, dict)]
+    return []
+
+
+def _prompt_event(item: dict[str, Any]) -> RunnerEvent | None:
+    """The CLI-shaped prompt event for one pending item of the daemon's run object."""
+    raw_kind = item.get("kind") or item.get("type")
+    kind = KIND_ALIASES.get(raw_kind.lower()) if isinstance(raw_kind, str) else None
+    if kind is None:
+        if "toolCallId" in item:
+            kind = "approval"
+        elif "question" in item:
+            kind = "input"
+        elif "name" in item and "requestId" in item:
+            kind = "secret"
+        else:
+            return None
+    event_type, id_key, keys = PROMPT_KINDS[kind]
+    ident = item.get(id_key) or item.get("id")
+    if isinstance(ident, int) and not isinstance(ident, bool):
+        ident = str(ident)
+    if not isinstance(ident, str) or not ident:
+        return None
+    data: dict[str, Any] = {"type": event_type, id_key: ident}
+    if kind == "approval" and "toolName" not in item and isinstance(item.get("tool"), str):
+        data["toolName"] = item["tool"]
+    for key in keys:
+        if key in item:
+            data[key] = item[key]
+    return RunnerEvent(type=event_type, data=data)

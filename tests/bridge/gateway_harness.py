@@ -1,0 +1,141 @@
+"""Test harness: the real gateway (in process, or as a `jazz-bridge serve` subprocess)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bridge.app import GatewayApp
+from bridge.config import load_settings
+from bridge.plugins import load_specs
+from bridge.runner.cli import shared_interpreter
+
+FAKE_RUNNER = Path(__file__).resolve().parent.parent / "fakes" / "fake_runner.py"
+
+
+async def wait_until(
+    pred: Callable[[], Awaitable[bool] | bool], timeout: float = 20.0, what: str = "condition"
+) -> None:
+    """Poll a condition until it holds; fail after ``timeout`` seconds (bounded wait)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = pred()
+        if asyncio.iscoroutine(result) or isinstance(result, Awaitable):
+            result = await result  # type: ignore[misc]
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def gateway_env(
+    root: Path, fake_dir: Path, uid_range: tuple[int, int], **extra: str
+) -> dict[str, str]:
+    # conversation accounts must be able to run it: a copy next to the log, a shared Python
+    runner = fake_dir / "fake_runner.py"
+    shutil.copyfile(FAKE_RUNNER, runner)
+    os.chmod(runner, 0o755)
+    env = {
+        "JAZZ_BRIDGE_ROOT": str(root),
+        "JAZZ_BRIDGE_SERVER__PORT": "0",
+        "JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps([shared_interpreter(), str(runner)]),
+        "JAZZ_BRIDGE_RUNNER__EXTRA_ENV": json.dumps({"FAKE_DIR": str(fake_dir)}),
+        "JAZZ_BRIDGE_RUNNER__KILL_GRACE_S": "1",
+        "JAZZ_BRIDGE_PROGRESS__FIRST_AFTER_S": "0.3",
+        "JAZZ_BRIDGE_ACCOUNTS__UID_MIN": str(uid_range[0]),
+        "JAZZ_BRIDGE_ACCOUNTS__UID_MAX": str(uid_range[1]),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }
+    env.update(extra)
+    return env
+
+
+class Client:
+    def __init__(self, base: str, session: aiohttp.ClientSession, fake_dir: Path) -> None:
+        self.base = base
+        self.session = session
+        self.fake_dir = fake_dir
+
+    async def post(
+        self, thread: str, text: str, user: str = "ada", key: str | None = None
+    ) -> dict[str, Any]:
+        headers = {"Idempotency-Key": key} if key else {}
+        async with self.session.post(
+            f"{self.base}/api/threads/{thread}/messages",
+            json={"user": user, "text": text},
+            headers=headers,
+        ) as resp:
+            assert resp.status == 202, await resp.text()
+            data: dict[str, Any] = await resp.json()
+            return data
+
+    async def messages(self, thread: str) -> list[dict[str, Any]]:
+        async with self.session.get(f"{self.base}/api/threads/{thread}/messages") as resp:
+            assert resp.status == 200
+            data = await resp.json()
+            return list(data["messages"])
+
+    async def press(self, thread: str, token: str, user: str) -> tuple[int, dict[str, Any]]:
+        async with self.session.post(
+            f"{self.base}/api/threads/{thread}/choices", json={"user": user, "token": token}
+        ) as resp:
+            return resp.status, await resp.json()
+
+    async def wait_role(
+        self, thread: str, role: str, count: int = 1, timeout: float = 20
+    ) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+
+        async def check() -> bool:
+            nonlocal found
+            found = [m for m in await self.messages(thread) if m["role"] == role]
+            return len(found) >= count
+
+        await wait_until(check, timeout, f"{count} {role} message(s) in {thread}")
+        return found
+
+    def runs(self) -> list[dict[str, Any]]:
+        events = [
+            json.loads(line)
+            for path in self.fake_dir.glob("run-*.log")
+            for line in path.read_text().splitlines()
+            if line.strip()
+        ]
+        return sorted(events, key=lambda e: e["t"])
+
+    def starts(self, conversation_prefix: str = "") -> list[dict[str, Any]]:
+        return [
+            r
+            for r in self.runs()
+            if r["event"] == "start" and r["conversation"].startswith(conversation_prefix)
+        ]
+
+    def release(self, name: str) -> None:
+        (self.fake_dir / f"release-{name}").touch()
+
+
+@asynccontextmanager
+async def running_gateway(env: dict[str, str]) -> AsyncIterator[tuple[GatewayApp, Client]]:
+    specs = load_specs()
+    settings = load_settings(
+        None, adapter_sections={k: s.settings_model for k, s in specs.items()}, environ=env
+    )
+    app = GatewayApp(settings, specs)
+    await app.initialize()
+    await app.start()
+    fake_dir = Path(json.loads(env["JAZZ_BRIDGE_RUNNER__EXTRA_ENV"])["FAKE_DIR"])
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            yield app, Client(f"http://127.0.0.1:{app.port}", session, fake_dir)
+    finally:
+        await app.stop()
