@@ -47,6 +47,7 @@ from .ports import (
 from .progress import ProgressState, cost_text, summary
 from .runner import RunHandle, RunnerBackend, RunRequest, RunResult
 from .runner.base import PROMPT_EVENTS
+from .runner.procs import kill_all
 from .store import MessageRecord, NewReply, PromptRecord, RunOutcome, Store
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,7 @@ class Engine:
         if expired:
             log.info("expired %d prompt(s) left from before the restart", expired)
         for msg in await self.store.messages_in_state(InboxState.RUNNING):
+            await self._kill_leftovers(msg)
             await self._interrupt(msg, INTERRUPTED_TEXT)
         pending = await self.store.undelivered_replies()
         if pending:
@@ -147,6 +149,21 @@ class Engine:
         if accepted:
             log.info("requeued %d message(s) accepted before the restart", len(accepted))
         self.started = True
+
+    async def _kill_leftovers(self, msg: MessageRecord) -> None:
+        """A run that died with the gateway may have left processes: end them first."""
+        tag = await self.store.get_kv(f"run-tag:{msg.id}")
+        uid = None
+        if self.homes.isolated:
+            try:
+                home = await asyncio.to_thread(self.homes.ensure, msg.thread_key)
+                uid = home.account.uid
+            except (ProvisioningError, OSError) as exc:
+                log.warning("cannot look up the account of %s: %s", msg.thread_key, exc)
+        if tag or uid is not None:
+            left = await asyncio.to_thread(kill_all, tag, uid, None)
+            if left:
+                log.error("processes %s of an interrupted run survived SIGKILL", left)
 
     async def _interrupt(self, msg: MessageRecord, text: str) -> None:
         for run in await self.store.runs(msg.conversation_id, limit=50):
@@ -176,12 +193,11 @@ class Engine:
             *(run.handle.stop("shutdown") for run in active if run.handle is not None),
             return_exceptions=True,
         )
-        # Let the turns record their "stopped" replies, then stop everything else.
+        # Let the turns record and deliver their "stopped" replies (workers take no new
+        # message once stopping), then cancel whatever is left.
         workers = [s.worker for s in self._slots.values() if s.worker is not None]
-        waits = [run.done.wait() for run in active]
-        if waits:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*waits), timeout=5)
+        if workers:
+            await asyncio.wait(workers, timeout=5)
         self.deliverer.closing = True
         for task in [*workers, *self._tasks]:
             task.cancel()
@@ -592,6 +608,8 @@ class Engine:
             run.handle = await self.backend.start(request)
         except RunnerError as exc:
             return RunResult(ok=False, code="runner_missing", error=str(exc))
+        if run.handle.kill_tag:
+            await self.store.set_kv(f"run-tag:{msg.id}", run.handle.kill_tag)
         if run.shutdown:
             await run.handle.stop("shutdown")
         async for event in run.handle.events():

@@ -62,6 +62,10 @@ class RunResult:
 class RunHandle(abc.ABC):
     """One run in flight."""
 
+    # What finds the run's processes after a gateway crash (see runner.procs); None when
+    # the backend's runs are not local processes.
+    kill_tag: str | None = None
+
     @abc.abstractmethod
     def events(self) -> AsyncIterator[RunnerEvent]:
         """Events in order; ends when the run's event stream ends."""

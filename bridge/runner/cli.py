@@ -100,6 +100,7 @@ class CliRunHandle(RunHandle):
         self.proc = proc
         self.request = request
         self.tag = tag
+        self.kill_tag = tag
         self.grace = grace
         self.started = time.monotonic()
         self._events: asyncio.Queue[RunnerEvent | None] = asyncio.Queue()

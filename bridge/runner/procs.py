@@ -52,15 +52,17 @@ def _has_tag(pid: int, needle: bytes) -> bool:
         return False
 
 
-def run_processes(tag: str, uid: int | None) -> list[int]:
+def run_processes(tag: str | None, uid: int | None) -> list[int]:
     """Live processes of one run: tagged, or (isolated) of the conversation's uid."""
     me = os.getpid()
-    needle = f"{RUN_TAG_ENV}={tag}".encode()
+    needle = f"{RUN_TAG_ENV}={tag}".encode() if tag else None
     found = []
     for pid in _proc_pids():
         if pid == me:
             continue
-        mine = (uid is not None and _real_uid(pid) == uid) or _has_tag(pid, needle)
+        mine = (uid is not None and _real_uid(pid) == uid) or (
+            needle is not None and _has_tag(pid, needle)
+        )
         if mine and not _is_zombie(pid):
             found.append(pid)
     return found
@@ -71,7 +73,9 @@ def signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def kill_all(tag: str, uid: int | None, pgid: int | None, deadline_s: float = 3.0) -> list[int]:
+def kill_all(
+    tag: str | None, uid: int | None, pgid: int | None, deadline_s: float = 3.0
+) -> list[int]:
     """SIGKILL the run's group and every process of the run until none is left (bounded).
 
     Returns the pids that were still alive at the deadline (normally none).

@@ -128,7 +128,8 @@ def test_a_directory_swapped_for_a_link_mid_walk_is_not_followed(tmp_path: Path)
         make(home / f"v{i}" / "inside", 0o666)
     swapper = subprocess.Popen(
         [sys.executable, "-c", SWAPPER, str(home), str(outside), str(n)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert swapper.stdout is not None and swapper.stdout.readline().strip() == "ready"
