@@ -242,15 +242,22 @@ class WebAdapter:
         if not self._authorized(request):
             return _bad("missing or wrong token (Authorization: Bearer ...)", 401)
         entries = await self.ctx.store.transcript(f"web:{thread}")
+        settled: dict[int, str] = {}
+        for e in entries:
+            if e.role == "prompt" and e.choices and e.reply_id is not None:
+                prompt = await self.ctx.store.get_prompt(str(e.choices[0]["token"]).split(".")[0])
+                if prompt is None or prompt.state != "pending":
+                    state = prompt.state if prompt else "expired"
+                    settled[e.reply_id] = "✅ answered" if state == "answered" else "⌛ expired"
         messages: list[dict[str, Any]] = [
             {
                 "role": e.role,
-                "text": e.text,
+                "text": e.text + (f"\n\n_{settled[e.reply_id]}_" if e.reply_id in settled else ""),
                 "at": e.at,
                 "sender": e.sender,
                 "messageId": e.message_id,
                 "replyId": e.reply_id,
-                "choices": e.choices,
+                "choices": [] if e.reply_id in settled else e.choices,
                 "file": e.file_path,
             }
             for e in entries
