@@ -17,8 +17,9 @@ from pathlib import Path
 from aiohttp import web
 
 from provisioning.accounts import AccountRegistry
+from provisioning.errors import LayoutError
 from provisioning.homes import Homes
-from provisioning.layout import RootInfo, init_root
+from provisioning.layout import RootInfo, init_root, untraversable_ancestor
 from provisioning.repair import repair
 from provisioning.sandbox import resolve_isolation
 
@@ -45,6 +46,20 @@ class Provisioned:
 def provision(settings: CoreSettings, *, repair_homes: bool = True) -> Provisioned:
     """Create/repair the root, recreate lost accounts, repair homes. Blocking."""
     isolated = resolve_isolation(settings.isolation)
+    blocked = untraversable_ancestor(settings.root) if isolated else None
+    if blocked is not None:
+        problem = (
+            f"{blocked} cannot be traversed by other accounts (mode "
+            f"{blocked.stat().st_mode & 0o7777:04o}), so conversation accounts could not reach "
+            f"their homes under {Path(settings.root).absolute()}"
+        )
+        if settings.isolation == "on":
+            raise LayoutError(
+                f"{problem}: put the root somewhere reachable (e.g. /srv/jazz-bridge) or "
+                f"chmod o+x {blocked}"
+            )
+        log.warning("%s", problem)
+        isolated = False
     root = init_root(settings.root, settings.operator_group)
     registry = None
     if isolated:
@@ -57,7 +72,12 @@ def provision(settings: CoreSettings, *, repair_homes: bool = True) -> Provision
         if made:
             log.warning("recreated %d conversation account(s) missing from /etc/passwd", len(made))
     else:
-        reason = "isolation is off" if settings.isolation == "off" else "not running as root"
+        if settings.isolation == "off":
+            reason = "isolation is off"
+        elif blocked is not None:
+            reason = "isolation is impossible under this root"
+        else:
+            reason = "not running as root"
         log.warning(
             "%s: every conversation runs as the gateway's own account; homes are private "
             "(0700/0600) and not isolated from each other",

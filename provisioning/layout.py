@@ -104,6 +104,21 @@ def resolve_operator_group(name: str | None, root: Path) -> tuple[int, str]:
         return gid, str(gid)
 
 
+def untraversable_ancestor(path: Path) -> Path | None:
+    """The first ancestor of ``path`` that other accounts cannot traverse (o-x), if any.
+
+    Conversation accounts reach their homes through every ancestor of the root: a root
+    under ``/root`` (0700) cannot work with isolation.
+    """
+    for parent in Path(os.path.abspath(path)).parents:
+        try:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return parent
+        except OSError:
+            return parent
+    return None
+
+
 def _check_root(root: Path) -> None:
     try:
         st = os.lstat(root)
