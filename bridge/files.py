@@ -67,7 +67,14 @@ def save_attachment(home: Home, message_id: int, name: str, data: bytes) -> str:
     return str(home.path / "workspace" / ATTACHMENTS_DIR / candidate)
 
 
-def read_in_home(home_path: Path, path: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> bytes:
+def check_in_home(home_path: Path, path: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> None:
+    """Raise UnsafePathError unless ``path`` is a regular file inside the home. Blocking."""
+    read_in_home(home_path, path, max_bytes, read=False)
+
+
+def read_in_home(
+    home_path: Path, path: str, max_bytes: int = MAX_ARTIFACT_BYTES, *, read: bool = True
+) -> bytes:
     """Read a regular file that lies inside the home, following no link. Blocking.
 
     Raises UnsafePathError when the path leaves the home, crosses a link, or is not a
@@ -106,6 +113,8 @@ def read_in_home(home_path: Path, path: str, max_bytes: int = MAX_ARTIFACT_BYTES
                 raise UnsafePathError(
                     f"artifact {path} is {st.st_size} bytes, over the {max_bytes}-byte limit"
                 )
+            if not read:
+                return b""
             with os.fdopen(fd, "rb", closefd=False) as fh:
                 return fh.read(max_bytes + 1)[:max_bytes]
         finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioning import naming
-from provisioning.errors import ProvisioningError
+from provisioning.errors import ProvisioningError, UnsafePathError
 from provisioning.homes import Home, Homes
 from provisioning.sandbox import DEFAULT_ENV_ALLOWLIST, run_identity
 
@@ -32,7 +33,7 @@ from .commands import HELP_TEXT, Command, ParsedCommand, parse_command
 from .config import CoreSettings
 from .delivery import Deliverer
 from .errors import RunnerError
-from .files import save_attachment
+from .files import check_in_home, save_attachment
 from .markdown import split_markdown
 from .metrics import Metrics
 from .model import Attachment, Choice, Inbound, InboxState, Outgoing, ReplyKind, ReplyTarget
@@ -707,16 +708,22 @@ class Engine:
                 replies.append(
                     self._reply(msg, f"answer:{msg.id}:{i}", Outgoing(ReplyKind.ANSWER, part))
                 )
+            home = self._home_path(msg.conversation_id)
             for i, art in enumerate(result.artifacts):
                 path = art.get("path")
-                if isinstance(path, str) and path:
+                if not isinstance(path, str) or not path or home is None:
+                    continue
+                name = os.path.basename(path)
+                try:
+                    await asyncio.to_thread(check_in_home, home, path)
+                except (UnsafePathError, OSError) as exc:
+                    log.warning("artifact %s of %s refused: %s", path, msg.thread_key, exc)
+                    out = Outgoing(ReplyKind.NOTICE, f"Artifact `{name}` not sent: {exc}")
+                else:
                     out = Outgoing(
-                        ReplyKind.ARTIFACT,
-                        art.get("kind", "file"),
-                        file_path=path,
-                        media_type=art.get("mediaType"),
+                        ReplyKind.ARTIFACT, name, file_path=path, media_type=art.get("mediaType")
                     )
-                    replies.append(self._reply(msg, f"artifact:{msg.id}:{i}", out))
+                replies.append(self._reply(msg, f"artifact:{msg.id}:{i}", out))
         else:
             text = _failure_text(result, run.stopped_by)
             if not run.bubble_ref:

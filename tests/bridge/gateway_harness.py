@@ -17,9 +17,19 @@ import aiohttp
 from bridge.app import GatewayApp
 from bridge.config import load_settings
 from bridge.plugins import load_specs
+from bridge.ports import AdapterSpec
 from bridge.runner.cli import shared_interpreter
 
 FAKE_RUNNER = Path(__file__).resolve().parent.parent / "fakes" / "fake_runner.py"
+REFERENCE_RUNNER = Path(__file__).resolve().parents[2] / "bridge" / "reference_runner.py"
+
+
+def use_reference_runner(env: dict[str, str], fake_dir: Path) -> None:
+    """Run the bundled reference runner (a copy every account can read) instead of the fake."""
+    runner = fake_dir / "reference_runner.py"
+    shutil.copyfile(REFERENCE_RUNNER, runner)
+    os.chmod(runner, 0o755)
+    env["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps([shared_interpreter(), str(runner)])
 
 
 async def wait_until(
@@ -125,8 +135,10 @@ class Client:
 
 
 @asynccontextmanager
-async def running_gateway(env: dict[str, str]) -> AsyncIterator[tuple[GatewayApp, Client]]:
-    specs = load_specs()
+async def running_gateway(
+    env: dict[str, str], extra_specs: dict[str, AdapterSpec] | None = None
+) -> AsyncIterator[tuple[GatewayApp, Client]]:
+    specs = {**load_specs(), **(extra_specs or {})}
     settings = load_settings(
         None, adapter_sections={k: s.settings_model for k, s in specs.items()}, environ=env
     )

@@ -10,6 +10,7 @@ in $FAKE_DIR/run-<pid>.log, and obeys words in the prompt:
   hang           sleep far past any timeout
   spawn          start a child and a setsid grandchild that linger; write their pids
   approve        ask for one approval and wait for the answer
+  artifact-outside  claim /etc/passwd as an artifact
 Otherwise it answers "fake answer to: <prompt>".
 """
 
@@ -88,6 +89,20 @@ def main() -> int:
             grand = subprocess.Popen(["setsid", "sleep", "300"])
             log({"event": "spawned", "pids": [child.pid, grand.pid], "conversation": conv})
             time.sleep(120)
+        if "artifact-outside" in words:
+            envelope(
+                "made a file",
+                artifacts=[
+                    {
+                        "kind": "file",
+                        "path": "/etc/passwd",
+                        "mediaType": "text/plain",
+                        "tool": "x",
+                        "source": "model",
+                    }
+                ],
+            )
+            return 0
         if "approve" in words:
             sys.stderr.write(
                 json.dumps(
