@@ -145,7 +145,7 @@ async def test_the_global_cap_tells_who_waits(env: dict[str, str]) -> None:
 
 
 async def test_artifacts_only_from_inside_the_home(env: dict[str, str], fake_dir: Path) -> None:
-    async with running_gateway(env) as (app, client):
+    async with running_gateway(env) as (_app, client):
         await client.post("art", "!artifact plot.png")
         answers = await client.wait_role("art", "assistant", 2)
         assert any(str(m["file"]).endswith("workspace/plot.png") for m in answers)
