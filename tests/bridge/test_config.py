@@ -113,3 +113,9 @@ def test_config_check_reports_bad_values_with_exit_2(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert "server.port" in out.stderr and "web.token" in out.stderr
+
+
+def test_the_example_config_is_valid() -> None:
+    example = Path(__file__).resolve().parents[2] / "deploy" / "jazz-bridge.example.toml"
+    s = load_settings(example, adapter_sections=SECTIONS, environ={})
+    assert s.root == Path("/srv/jazz-bridge")
