@@ -45,6 +45,7 @@ ROLE_BY_KIND = {
     ReplyKind.PROMPT: "prompt",
 }
 SSE_HEARTBEAT_S = 15.0
+MAX_LIVE_BUBBLES = 20  # progress bubbles (not in the store) kept per thread
 
 
 def _bad(message: str, status: int = 400) -> web.Response:
@@ -86,7 +87,10 @@ class WebSurface:
         thread = self._thread(target)
         entry = self._entry(message, reply_key)
         if reply_key.startswith("progress:"):
-            self.live[thread][reply_key] = entry
+            bubbles = self.live[thread]
+            bubbles[reply_key] = entry
+            while len(bubbles) > MAX_LIVE_BUBBLES:  # keep the recent ones; memory stays bounded
+                bubbles.pop(next(iter(bubbles)))
         self._publish(thread, {"type": "message", **entry})
         return reply_key
 
