@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from provisioning.walk import repair_home_tree  # noqa: E402
+from provisioning.walk import repair_home_tree
 
 FILES_PER_DIR = 50
 
@@ -39,7 +39,7 @@ def generate(root: Path, entries: int) -> int:
             os.close(fd)
         made += FILES_PER_DIR + 1
         d += 1
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o777)
         for name in filenames:
             os.chmod(os.path.join(dirpath, name), 0o666)
