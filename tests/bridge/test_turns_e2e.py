@@ -183,3 +183,31 @@ async def test_commands_are_answered_at_once(env: dict[str, str]) -> None:
         await client.post("c", "/frobnicate is not a command")
         await client.wait_role("c", "assistant", 3)
         assert client.starts("web:c")[-1]["prompt"] == "/frobnicate is not a command"
+
+
+async def test_the_event_stream_carries_progress_and_the_answer(env: dict[str, str]) -> None:
+    import asyncio
+    import json
+
+    async with running_gateway(env) as (_, client):
+        async with client.session.get(f"{client.base}/api/threads/sse/events") as stream:
+            assert stream.headers["Content-Type"].startswith("text/event-stream")
+            assert (await stream.content.readline()).startswith(b": connected")
+            await client.post("sse", "approve")
+            seen: list[dict[str, object]] = []
+
+            async def read() -> None:
+                async for raw in stream.content:
+                    line = raw.decode().strip()
+                    if line.startswith("data: "):
+                        event = json.loads(line[6:])
+                        seen.append(event)
+                        if event.get("role") == "prompt":
+                            token = event["choices"][0]["token"]  # type: ignore[index]
+                            await client.press("sse", str(token), "ada")
+                        if event.get("role") == "assistant":
+                            return
+
+            await asyncio.wait_for(read(), timeout=20)
+        roles = [e.get("role") for e in seen]
+        assert "prompt" in roles and roles[-1] == "assistant"
