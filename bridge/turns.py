@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from .errors import RunnerError
 from .files import check_in_home, save_attachment
 from .markdown import split_markdown
 from .metrics import Metrics
-from .model import Attachment, Choice, Inbound, InboxState, Outgoing, ReplyKind, ReplyTarget
+from .model import Attachment, Inbound, InboxState, Outgoing, ReplyKind, ReplyTarget
 from .ports import (
     DeliveryError,
     PressResult,
@@ -46,6 +45,7 @@ from .ports import (
     Surface,
 )
 from .progress import ProgressState, cost_text, summary
+from .reporter import ProgressReporter
 from .runner import RunHandle, RunnerBackend, RunRequest, RunResult
 from .runner.base import PROMPT_EVENTS
 from .runner.procs import kill_all
@@ -61,7 +61,6 @@ SHUTDOWN_TEXT = (
     "⚠️ The gateway is shutting down, so this run was stopped before it finished. "
     "Please send your message again in a minute."
 )
-TYPING_EVERY_S = 4.0
 
 
 @dataclass
@@ -75,7 +74,7 @@ class ActiveRun:
     stop_token: str = field(default_factory=P.new_token)
     stopped_by: str | None = None
     shutdown: bool = False
-    bubble_ref: str | None = None
+    reporter: ProgressReporter | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -550,10 +549,25 @@ class Engine:
                 log.error("cannot prepare the home of %s: %s", msg.thread_key, exc)
                 result = RunResult(ok=False, code="provisioning", error=str(exc))
             else:
-                reporter = asyncio.create_task(self._report(run), name=f"progress-{run.run_id}")
+                surface = self.surfaces.get(msg.platform)
+                if surface is not None:
+                    run.reporter = ProgressReporter(
+                        surface,
+                        run.target,
+                        run.progress,
+                        self.settings.progress,
+                        run_id=run.run_id,
+                        requester=msg.sender_id,
+                        stop_token=f"{run.stop_token}{P.SEP}stop",
+                    )
+                    reporter = asyncio.create_task(
+                        run.reporter.run(), name=f"progress-{run.run_id}"
+                    )
                 result = await self._execute(run, home, epoch, paths)
         finally:
             run.done.set()
+            if run.reporter is not None:
+                run.reporter.done.set()
             if reporter is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await reporter
@@ -624,56 +638,6 @@ class Engine:
         await self.store.expire_prompts(run.run_id)
         return result
 
-    async def _report(self, run: ActiveRun) -> None:
-        """Progress bubble (or "still working" lines) and the typing indicator."""
-        surface = self.surfaces.get(run.message.platform)
-        if surface is None:
-            return
-        caps = surface.capabilities
-        cfg = self.settings.progress
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(run.done.wait(), timeout=cfg.first_after_s)
-            return  # answered quickly: no bubble at all
-        stop_choice = (
-            (Choice(token=f"{run.stop_token}{P.SEP}stop", label="Stop", style="danger"),)
-            if caps.buttons
-            else ()
-        )
-        shown = ""
-        last_line_at = time.monotonic()
-        last_typing = 0.0
-        interval = max(caps.edit_interval_s, 0.2)
-        while not run.done.is_set():
-            now = time.monotonic()
-            try:
-                if caps.typing and now - last_typing >= TYPING_EVERY_S:
-                    last_typing = now
-                    await surface.typing(run.target)
-                line = run.progress.line()
-                if caps.edit:
-                    out = Outgoing(
-                        ReplyKind.NOTICE, line, choices=stop_choice, requester=run.message.sender_id
-                    )
-                    if run.bubble_ref is None:
-                        run.bubble_ref = await surface.send(
-                            run.target, out, reply_key=f"progress:{run.run_id}"
-                        )
-                        shown = line
-                    elif line != shown:  # elapsed time moves it at most once a second
-                        await surface.edit(run.target, run.bubble_ref, out)
-                        shown = line
-                elif now - last_line_at >= cfg.still_working_every_s:
-                    last_line_at = now
-                    await surface.send(
-                        run.target,
-                        Outgoing(ReplyKind.NOTICE, f"Still working… {line}"),
-                        reply_key=f"still:{run.run_id}:{int(now)}",
-                    )
-            except (DeliveryError, OSError) as exc:
-                log.info("progress update dropped: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(run.done.wait(), timeout=interval)
-
     async def _record(self, run: ActiveRun, result: RunResult) -> None:
         msg = run.message
         outcome = RunOutcome(
@@ -693,6 +657,7 @@ class Engine:
         self.metrics.runs.labels(label).inc()
         self.metrics.run_duration.observe(result.duration_ms / 1000)
         line = summary(result, run.progress)
+        bubble = run.reporter is not None and run.reporter.bubble_ref is not None
         replies: list[NewReply] = []
         state = InboxState.DONE if result.ok else InboxState.FAILED
         surface = self.surfaces.get(msg.platform)
@@ -703,7 +668,7 @@ class Engine:
                 self._reply(msg, f"interrupted:{msg.id}", Outgoing(ReplyKind.NOTICE, SHUTDOWN_TEXT))
             )
         elif result.ok:
-            body = result.answer if run.bubble_ref else f"{result.answer}\n\n_{line}_"
+            body = result.answer if bubble else f"{result.answer}\n\n_{line}_"
             for i, part in enumerate(split_markdown(body, limit - 16)):
                 replies.append(
                     self._reply(msg, f"answer:{msg.id}:{i}", Outgoing(ReplyKind.ANSWER, part))
@@ -726,13 +691,12 @@ class Engine:
                 replies.append(self._reply(msg, f"artifact:{msg.id}:{i}", out))
         else:
             text = _failure_text(result, run.stopped_by)
-            if not run.bubble_ref:
+            if not bubble:
                 text += f"\n\n_{line}_"
             replies.append(self._reply(msg, f"error:{msg.id}", Outgoing(ReplyKind.ERROR, text)))
         records = await self.store.finish_run(run.run_id, outcome, state, replies)
-        if run.bubble_ref and surface is not None:
-            with contextlib.suppress(DeliveryError, OSError):
-                await surface.edit(run.target, run.bubble_ref, Outgoing(ReplyKind.NOTICE, line))
+        if run.reporter is not None:
+            await run.reporter.close(line)
         await self.deliverer.deliver(records)
 
 
