@@ -143,8 +143,12 @@ async def running_gateway(
         None, adapter_sections={k: s.settings_model for k, s in specs.items()}, environ=env
     )
     app = GatewayApp(settings, specs)
-    await app.initialize()
-    await app.start()
+    try:
+        await app.initialize()
+        await app.start()
+    except BaseException:
+        await app.stop()
+        raise
     fake_dir = Path(json.loads(env["JAZZ_BRIDGE_RUNNER__EXTRA_ENV"])["FAKE_DIR"])
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
