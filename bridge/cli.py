@@ -132,8 +132,85 @@ def cmd_repair(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Ad
     return 0 if report.ok else 1
 
 
+def _operator_view(args: argparse.Namespace, settings: CoreSettings) -> int:
+    from provisioning.layout import Layout
+    from provisioning.sandbox import resolve_isolation
+
+    from .operators import Operators, parse_since
+    from .store import SqliteStore
+
+    layout = Layout(settings.root.absolute())
+    if not layout.database.exists():
+        raise BridgeError(f"no gateway state at {layout.database}: is root {layout.root} right?")
+
+    async def go() -> int:
+        store = SqliteStore(layout.database)
+        await store.open()
+        try:
+            ops = Operators(store, layout, resolve_isolation(settings.isolation))
+            if args.homes_cmd == "list":
+                since = parse_since(args.active_since) if args.active_since else None
+                rows = await ops.listing(platform=args.platform, active_since=since)
+                if args.json:
+                    _dump(rows)
+                else:
+                    _table(rows)
+                return 0
+            conv = await ops.find(args.key)
+            if conv is None:
+                raise BridgeError(
+                    f"no conversation matches {args.key!r} (a thread key, a home path, a Slack "
+                    "permalink or a t.me link); see jazz-bridge homes list"
+                )
+            data = await ops.show(conv)
+            if args.json:
+                _dump(data)
+            else:
+                for k, v in data.items():
+                    if k not in ("recentRuns", "pendingPrompts"):
+                        _out(f"{k:>16}: {v}")
+                _out("     recent runs:")
+                for r in data["recentRuns"]:
+                    _out(
+                        f"  #{r['id']} {r['started']} {r['outcome']} {r['durationMs']} ms "
+                        f"{r['tokens']} tokens {r['cost']} {r['error'] or ''}".rstrip()
+                    )
+                _out(f" pending prompts: {len(data['pendingPrompts'])}")
+            return 0
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except ValueError as exc:
+        raise BridgeError(str(exc)) from exc
+
+
+def _table(rows: list[dict[str, Any]]) -> None:
+    cols = [
+        "threadKey",
+        "platform",
+        "account",
+        "lastActive",
+        "runs",
+        "failures",
+        "costUSD",
+        "unpricedRuns",
+        "sizeBytes",
+        "archived",
+        "home",
+    ]
+    table = [cols] + [[str(r[c]) for c in cols] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    for row in table:
+        _out("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
 def cmd_homes(args: argparse.Namespace, settings: CoreSettings, _: dict[str, AdapterSpec]) -> int:
     from .app import provision
+
+    if args.homes_cmd in ("list", "show"):
+        return _operator_view(args, settings)
 
     if args.homes_cmd == "path":
         from provisioning import naming
@@ -205,6 +282,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("key", help="thread key, e.g. slack:T0TEAM:C0CHAN:1764669600.000100")
         p.add_argument("--json", action="store_true")
         p.set_defaults(func=cmd_homes)
+
+    p = hs.add_parser("list", parents=[common, root_opt], help="list conversations")
+    p.add_argument("--platform", help="only this platform (slack, telegram, web)")
+    p.add_argument("--active-since", help="only active since (7d, 12h, or 2026-12-01)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_homes)
+    p = hs.add_parser(
+        "show", parents=[common, root_opt], help="a conversation's runs, prompts and paths"
+    )
+    p.add_argument("key", help="thread key, home path, Slack permalink or t.me link")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_homes)
 
     cfg = sub.add_parser("config", help="configuration")
     cs = cfg.add_subparsers(dest="config_cmd", required=True)
