@@ -234,6 +234,20 @@ def cmd_config(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Ad
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace, settings: CoreSettings, _: dict[str, AdapterSpec]) -> int:
+    from .doctor import run_checks
+    from .runner import default_command
+
+    command, _reference = default_command(settings.runner.command)
+    checks = run_checks(settings, command)
+    if args.json:
+        _dump([{"ok": c.ok, "check": c.what, "fix": c.fix} for c in checks])
+    else:
+        for check in checks:
+            _out(check.line())
+    return 0 if all(c.ok for c in checks) else 1
+
+
 # -- parser ------------------------------------------------------------------------------------
 
 
@@ -294,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key", help="thread key, home path, Slack permalink or t.me link")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_homes)
+
+    p = sub.add_parser("doctor", parents=[common, root_opt], help="check everything, with fixes")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor)
 
     cfg = sub.add_parser("config", help="configuration")
     cs = cfg.add_subparsers(dest="config_cmd", required=True)

@@ -94,3 +94,18 @@ async def test_list_and_show(env: dict[str, str]) -> None:
     assert missing.returncode == 2 and "no conversation matches" in missing.stderr
     path = cli(env, "homes", "path", "web:ops")
     assert path.stdout.strip() == web["home"]
+
+
+async def test_doctor_passes_on_a_healthy_root_and_names_the_fix(env: dict[str, str]) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("doc", "hello")
+        await client.wait_role("doc", "assistant")
+    ok = cli(env, "doctor")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert all(line.startswith("OK") for line in ok.stdout.splitlines())
+    root = Path(env["JAZZ_BRIDGE_ROOT"])
+    os.chmod(root / "chats", 0o755)
+    bad = cli(env, "doctor", "--json")
+    assert bad.returncode == 1
+    failed = [c for c in json.loads(bad.stdout) if not c["ok"]]
+    assert failed and "chats" in failed[0]["check"] and "repair" in failed[0]["fix"]

@@ -1,0 +1,146 @@
+"""``jazz-bridge doctor``: every check on its own line, OK or FAIL with the fix.
+
+It only reads: modes and owners of the root, ``chats/`` and each home, accounts against the
+uid map, the operator group and its members, the runner, the configuration.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from provisioning import naming
+from provisioning.layout import Layout
+from provisioning.modes import CHATS_MODE, HOME_MODE, PERSONAS_MODE, PRIVATE_DIR_MODE, ROOT_MODE
+from provisioning.sandbox import resolve_isolation
+
+from .config import CoreSettings
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    what: str
+    fix: str = ""
+
+    def line(self) -> str:
+        return f"{'OK  ' if self.ok else 'FAIL'} {self.what}" + (
+            "" if self.ok else f" -> {self.fix}"
+        )
+
+
+def _mode_check(path: Path, want: int, label: str) -> Check:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return Check(False, f"{label} {path} exists", "run jazz-bridge init")
+    if stat.S_ISLNK(st.st_mode):
+        return Check(False, f"{label} {path} is not a link", f"replace the link {path}")
+    mode = stat.S_IMODE(st.st_mode)
+    return Check(
+        mode == want, f"{label} {path} mode {mode:04o} (want {want:04o})", "run jazz-bridge repair"
+    )
+
+
+def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]:
+    layout = Layout(settings.root.absolute())
+    checks = [Check(True, "configuration is valid")]
+    checks.append(_mode_check(layout.root, ROOT_MODE, "root"))
+    checks.append(_mode_check(layout.chats, CHATS_MODE, "chats"))
+    checks.append(_mode_check(layout.personas, PERSONAS_MODE, "personas"))
+    try:
+        gid = os.lstat(layout.root).st_gid
+        group = grp.getgrgid(gid)
+        members = ", ".join(group.gr_mem) or "no members"
+        checks.append(Check(True, f"operator group {group.gr_name} ({members})"))
+    except (OSError, KeyError):
+        checks.append(
+            Check(
+                False,
+                "operator group exists",
+                "create it (groupadd) and run jazz-bridge init --operator-group",
+            )
+        )
+        gid = -1
+    isolated = resolve_isolation(settings.isolation) if settings.isolation != "on" else True
+    accounts: dict[str, dict[str, object]] = {}
+    try:
+        accounts = json.loads(layout.uid_map.read_text())["accounts"]
+    except (OSError, ValueError, KeyError):
+        if isolated and layout.chats.exists() and any(layout.chats.iterdir()):
+            checks.append(
+                Check(
+                    False,
+                    f"uid map {layout.uid_map} readable",
+                    "jazz-bridge repair rebuilds it from the homes",
+                )
+            )
+    try:
+        homes = sorted(e for e in os.listdir(layout.chats) if naming.is_home_name(e))
+    except OSError:
+        homes = []
+    for name in homes:
+        path = layout.chats / name
+        st = os.lstat(path)
+        mode = stat.S_IMODE(st.st_mode)
+        if isolated:
+            entry = accounts.get(name)
+            uid = entry.get("uid") if entry else None
+            acct = str(entry.get("name")) if entry else "?"
+            try:
+                exists = pwd.getpwnam(acct).pw_uid == uid
+            except KeyError:
+                exists = False
+            checks.append(
+                Check(
+                    exists,
+                    f"account {acct} of {name} exists with uid {uid}",
+                    "restart the gateway (it recreates lost accounts)",
+                )
+            )
+            good = mode == HOME_MODE and st.st_uid == uid and st.st_gid == gid
+            checks.append(
+                Check(
+                    good,
+                    f"home {name} {mode:04o} {st.st_uid}:{st.st_gid} "
+                    f"(want {HOME_MODE:04o} {uid}:{gid})",
+                    "run jazz-bridge repair",
+                )
+            )
+        else:
+            checks.append(
+                Check(
+                    mode == PRIVATE_DIR_MODE,
+                    f"home {name} mode {mode:04o} (want {PRIVATE_DIR_MODE:04o})",
+                    "run jazz-bridge repair",
+                )
+            )
+    exe = runner_command[0]
+    found = shutil.which(exe) or (exe if os.access(exe, os.X_OK) else None)
+    checks.append(
+        Check(
+            bool(found),
+            f"runner {' '.join(runner_command)} found",
+            "install jazz or set runner.command",
+        )
+    )
+    if found:
+        try:
+            proc = subprocess.run([*runner_command, "--help"], capture_output=True, timeout=20)
+            checks.append(
+                Check(
+                    proc.returncode in (0, 1, 2),
+                    "runner starts",
+                    f"runner exited {proc.returncode}; check runner.command",
+                )
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            checks.append(Check(False, "runner starts", f"{exc}; check runner.command"))
+    return checks
