@@ -1,8 +1,10 @@
 """Delivering recorded replies through their surfaces, in order, each at most once.
 
 A reply is recorded in the store before it is sent (with its run's outcome, in one
-transaction), marked ``sending`` before the platform call and ``sent`` after it, so after a
-crash every reply not yet sent is sent at start and none that was sent is sent again.
+transaction) and marked ``sent`` after the platform call, so after a crash every reply not
+yet marked sent is sent at start and none that was marked sent is sent again (a crash in the
+instant between a platform's answer and the mark can repeat that one reply; retries are
+counted as ``sending``).
 Transient failures are retried with backoff (honouring a platform's retry-after); a
 permanent one is recorded as failed and logged, never silently dropped.
 """
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 6
 MAX_BACKOFF_S = 30.0
+DONE_MEMORY = 100_000
 
 
 class Deliverer:
@@ -42,6 +45,7 @@ class Deliverer:
         self.metrics = metrics
         self.home_path = home_path
         self._locks: dict[int, asyncio.Lock] = {}
+        self._done: set[int] = set()  # delivered in this process (guards a repeated call)
         self.closing = False
 
     def _lock(self, conversation_id: int) -> asyncio.Lock:
@@ -57,10 +61,14 @@ class Deliverer:
     async def _deliver_conv(self, conversation_id: int, records: list[ReplyRecord]) -> None:
         async with self._lock(conversation_id):
             for rec in records:
-                current = await self.store.get_reply(rec.id)
-                if current is None or current.state in (ReplyState.SENT, ReplyState.FAILED):
+                # records come straight from the store's write (or its recovery query), so
+                # their state is current; one already sent is never sent again
+                if rec.state in (ReplyState.SENT, ReplyState.FAILED) or rec.id in self._done:
                     continue
-                await self._deliver_one(current)
+                await self._deliver_one(rec)
+                self._done.add(rec.id)
+                if len(self._done) > DONE_MEMORY:
+                    self._done.clear()
 
     async def _deliver_one(self, rec: ReplyRecord) -> None:
         surface = self.surfaces.get(rec.target.surface)
@@ -74,7 +82,8 @@ class Deliverer:
         attempt = rec.attempts
         while True:
             attempt += 1
-            await self.store.mark_reply(rec.id, ReplyState.SENDING)
+            if attempt > 1:  # a retry: count it (a first attempt costs no extra write)
+                await self.store.mark_reply(rec.id, ReplyState.SENDING)
             try:
                 ref = await self._send(surface, rec)
             except DeliveryError as exc:

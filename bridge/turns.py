@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import os
+import secrets
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -115,6 +117,7 @@ class Engine:
         self._stop_tokens: dict[str, ActiveRun] = {}
         self.stopping = False
         self.started = False
+        self._tag_secret = b""
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -129,8 +132,17 @@ class Engine:
         if not task.cancelled() and task.exception() is not None:
             log.error("task %s failed", task.get_name(), exc_info=task.exception())
 
+    def _kill_tag(self, message_id: int) -> str:
+        """The run tag of a message's run, derivable again after a crash (no write per run)."""
+        return hmac.new(self._tag_secret, str(message_id).encode(), "sha256").hexdigest()[:24]
+
     async def start(self) -> None:
         """Recover: expire stale prompts, answer interrupted runs, deliver, requeue."""
+        secret = await self.store.get_kv("run-tag-secret")
+        if secret is None:
+            secret = secrets.token_hex(16)
+            await self.store.set_kv("run-tag-secret", secret)
+        self._tag_secret = bytes.fromhex(secret)
         expired = await self.store.expire_prompts(None)
         if expired:
             log.info("expired %d prompt(s) left from before the restart", expired)
@@ -152,7 +164,7 @@ class Engine:
 
     async def _kill_leftovers(self, msg: MessageRecord) -> None:
         """A run that died with the gateway may have left processes: end them first."""
-        tag = await self.store.get_kv(f"run-tag:{msg.id}")
+        tag = self._kill_tag(msg.id)
         uid = None
         if self.homes.isolated:
             try:
@@ -160,10 +172,9 @@ class Engine:
                 uid = home.account.uid
             except (ProvisioningError, OSError) as exc:
                 log.warning("cannot look up the account of %s: %s", msg.thread_key, exc)
-        if tag or uid is not None:
-            left = await asyncio.to_thread(kill_all, tag, uid, None)
-            if left:
-                log.error("processes %s of an interrupted run survived SIGKILL", left)
+        left = await asyncio.to_thread(kill_all, tag, uid, None)
+        if left:
+            log.error("processes %s of an interrupted run survived SIGKILL", left)
 
     async def _interrupt(self, msg: MessageRecord, text: str) -> None:
         for run in await self.store.runs(msg.conversation_id, limit=50):
@@ -618,13 +629,12 @@ class Engine:
             timeout_s=cfg.timeout_s,
             events=tuple(cfg.events),
             attachments=tuple(attachments),
+            kill_tag=self._kill_tag(msg.id),
         )
         try:
             run.handle = await self.backend.start(request)
         except RunnerError as exc:
             return RunResult(ok=False, code="runner_missing", error=str(exc))
-        if run.handle.kill_tag:
-            await self.store.set_kv(f"run-tag:{msg.id}", run.handle.kill_tag)
         if run.shutdown:
             await run.handle.stop("shutdown")
         async for event in run.handle.events():
@@ -635,7 +645,8 @@ class Engine:
                 except Exception:
                     log.exception("could not show a prompt; declining it")
         result = await run.handle.wait()
-        await self.store.expire_prompts(run.run_id)
+        if run.prompts:
+            await self.store.expire_prompts(run.run_id)
         return result
 
     async def _record(self, run: ActiveRun, result: RunResult) -> None:

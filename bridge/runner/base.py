@@ -29,6 +29,7 @@ class RunRequest:
     timeout_s: float
     events: tuple[str, ...] = ("tools", "reasoning", "text", "approval", "subagent", "spend")
     attachments: tuple[str, ...] = ()  # paths inside the home
+    kill_tag: str | None = None  # what finds the run's processes (see runner.procs)
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,6 @@ class RunResult:
 
 class RunHandle(abc.ABC):
     """One run in flight."""
-
-    # What finds the run's processes after a gateway crash (see runner.procs); None when
-    # the backend's runs are not local processes.
-    kill_tag: str | None = None
 
     @abc.abstractmethod
     def events(self) -> AsyncIterator[RunnerEvent]:

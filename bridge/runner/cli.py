@@ -73,7 +73,7 @@ class CliRunner(RunnerBackend):
         return argv
 
     async def start(self, request: RunRequest) -> RunHandle:
-        tag = secrets.token_hex(12)
+        tag = request.kill_tag or secrets.token_hex(12)
         kwargs = request.identity.popen_kwargs()
         kwargs["env"] = {**kwargs["env"], RUN_TAG_ENV: tag}
         try:
@@ -100,7 +100,6 @@ class CliRunHandle(RunHandle):
         self.proc = proc
         self.request = request
         self.tag = tag
-        self.kill_tag = tag
         self.grace = grace
         self.started = time.monotonic()
         self._events: asyncio.Queue[RunnerEvent | None] = asyncio.Queue()
