@@ -19,6 +19,11 @@ Invocation (the chat text never goes on argv)::
         [--max-iterations N] [--max-cost-usd X] [--max-tokens N] [--max-duration-ms N]
         [--data-dir PATH]
 
+``--timezone`` and the ``--max-*`` caps are checked for shape and otherwise ignored;
+``--auto-approve-tools`` approves those tools without asking, and ``--approval-policy
+read-only`` declines every approval without asking; without ``--interactive-stdin`` every
+prompt for a person counts as unanswered.
+
 The first stdin line is ``{"prompt": "..."}`` (``"history"`` only with ``--ephemeral``,
 ``"attachments"`` a list of paths). Later stdin lines are answer frames
 (``approval_decision``, ``user_input_response``, ``user_secret_response``) and may come at
@@ -397,6 +402,8 @@ def load_history(path: str, out: Output) -> list[dict[str, str]]:
             raw = fh.read()
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise BadInput(f"cannot read the history {path}: {exc.strerror}") from exc
     try:
         loaded = json.loads(raw)
         if not valid_history(loaded):
@@ -746,7 +753,7 @@ class Run:
         if got is None:
             why = "stdin closed" if self.args.interactive_stdin else "not interactive"
             self.notes.append(f"no secret is available here ({why})")
-        elif isinstance(got.get("value"), str) and not got.get("declined"):
+        elif isinstance(got.get("value"), str) and got["value"] and not got.get("declined"):
             self.notes.append(f"got a secret of {len(got['value'])} characters (not shown)")
         elif got.get("unavailable"):
             self.notes.append(f"no secret is available here ({got['unavailable']})")
@@ -989,7 +996,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.ephemeral:
             run.history = list(frame.get("history", []))
         else:
-            run.history = load_history(run.history_path(), out)
+            try:
+                run.history = load_history(run.history_path(), out)
+            except BadInput as exc:
+                run.fail("failed", str(exc))
         run.turn()
         return 0
     except Finished as done:
