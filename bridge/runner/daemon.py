@@ -300,7 +300,8 @@ class DaemonRunHandle(RunHandle):
         while True:
             if run is not None:
                 self._apply(run)
-                if _finished(run):
+                # the reply to POST /runs may be a bare acknowledgement: only a poll ends a run
+                if run is not initial and _finished(run):
                     return self._from_run(run)
             if self._stop_deadline is not None and time.monotonic() >= self._stop_deadline:
                 return self._unconfirmed()

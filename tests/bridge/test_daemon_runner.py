@@ -1,0 +1,602 @@
+"""The daemon backend against a fake ``jazz daemon`` (aiohttp on 127.0.0.1, port 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from bridge.config import RunnerSettings
+from bridge.errors import RunnerError
+from bridge.runner.base import RunHandle, RunnerEvent, RunRequest, RunResult
+from bridge.runner.daemon import DaemonRunner
+from provisioning.accounts import Account
+from provisioning.homes import Home
+from provisioning.sandbox import RunIdentity
+
+TOKEN = "tok-s3cret-bearer"
+OPERATOR = "op-s3cret-operator"
+WAIT = 5.0  # every wait in this file is bounded by this
+BODY = web.RequestKey("body", object)
+
+SUCCESS = {
+    "ok": True,
+    "answer": "Hello **there**",
+    "costUSD": 0.0123,
+    "costKnown": True,
+    "tokenUsage": {"promptTokens": 100, "completionTokens": 20, "totalTokens": 120},
+    "toolCalls": [{"id": "c1", "name": "bash", "arguments": "{}"}],
+    "artifacts": [],
+}
+INTERRUPTED = {"ok": False, "code": "interrupted", "error": "cancelled", "costUSD": 0}
+
+
+@dataclass
+class FakeRun:
+    id: str
+    body: dict[str, Any]
+    state: str = "running"
+    events: list[dict[str, Any]] = field(default_factory=list)
+    pending: Any = None
+    envelope: dict[str, Any] | None = None
+
+    def view(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "state": self.state, "events": list(self.events)}
+        if self.pending is not None:
+            out["pending"] = self.pending
+        if self.envelope is not None:
+            out["envelope"] = self.envelope
+        return out
+
+    def finish(self, envelope: dict[str, Any], state: str = "completed") -> None:
+        self.pending = None
+        self.state = state
+        self.envelope = envelope
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class FakeDaemon:
+    """Just enough of `jazz daemon`'s HTTP API, with events a test can await."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, FakeRun] = {}
+        self.seen: list[Seen] = []
+        self.origins: list[str] = []
+        self.answers: list[Seen] = []
+        self.created = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self.answered = asyncio.Event()
+        self.polls = 0
+        self._polled = asyncio.Condition()
+        self.cancel_route = True
+        self.start_status: int | None = None
+        self.on_create: Callable[[FakeRun], None] = lambda run: None
+        self.on_answer: Callable[[FakeRun, dict[str, Any]], None] = _resume_and_succeed
+        self.url = ""
+
+    @property
+    def run(self) -> FakeRun:
+        assert len(self.runs) == 1
+        return next(iter(self.runs.values()))
+
+    async def wait_polls(self, n: int) -> None:
+        target = self.polls + n
+        async with self._polled:
+            await asyncio.wait_for(self._polled.wait_for(lambda: self.polls >= target), WAIT)
+
+    @web.middleware
+    async def gate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        body: Any = None
+        if request.can_read_body:
+            if request.content_type != "application/json":
+                return web.json_response({"error": "JSON bodies only"}, status=415)
+            body = await request.json()
+        self.seen.append(Seen(request.method, request.path, dict(request.headers), body))
+        if "Origin" in request.headers:
+            self.origins.append(request.headers["Origin"])
+            return web.json_response({"error": "Origin refused"}, status=403)
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            got = request.headers.get("Authorization", "")
+            return web.json_response({"error": f"bad token {got!r}"}, status=401)
+        request[BODY] = body
+        return await handler(request)
+
+    async def create(self, request: web.Request) -> web.Response:
+        if self.start_status is not None:
+            return web.json_response({"error": "daemon is sad"}, status=self.start_status)
+        run = FakeRun(id=f"run-{len(self.runs) + 1}", body=request[BODY])
+        self.runs[run.id] = run
+        self.on_create(run)
+        self.created.set()
+        return web.json_response({"runId": run.id, "state": run.state}, status=201)
+
+    async def get(self, request: web.Request) -> web.Response:
+        run = self.runs.get(request.match_info["id"])
+        if run is None:
+            return web.json_response({"error": "no such run"}, status=404)
+        view = run.view()
+        async with self._polled:
+            self.polls += 1
+            self._polled.notify_all()
+        return web.json_response(view)
+
+    async def answer(self, request: web.Request) -> web.Response:
+        run = self.runs[request.match_info["id"]]
+        body = request[BODY]
+        self.answers.append(self.seen[-1])
+        needs_operator = body.get("approved") is True or "response" in body or "secret" in body
+        if needs_operator and request.headers.get("X-Jazz-Operator-Token") != OPERATOR:
+            return web.json_response({"error": "operator token required"}, status=403)
+        self.on_answer(run, body)
+        self.answered.set()
+        return web.json_response({"ok": True})
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        if not self.cancel_route:
+            return web.json_response({"error": "not found"}, status=404)
+        return self._cancel(request)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        return self._cancel(request)
+
+    def _cancel(self, request: web.Request) -> web.Response:
+        run = self.runs[request.match_info["id"]]
+        run.finish(INTERRUPTED, state="cancelled")
+        self.cancelled.set()
+        return web.json_response({"ok": True})
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self.gate])
+        app.router.add_post("/runs", self.create)
+        app.router.add_get("/runs/{id}", self.get)
+        app.router.add_delete("/runs/{id}", self.delete)
+        app.router.add_post("/runs/{id}/answer", self.answer)
+        app.router.add_post("/runs/{id}/cancel", self.cancel)
+        return app
+
+
+def _resume_and_succeed(run: FakeRun, body: dict[str, Any]) -> None:
+    run.events.append({"type": "approval_resolved", **body})
+    run.finish(SUCCESS)
+
+
+@pytest.fixture
+async def daemon() -> AsyncIterator[FakeDaemon]:
+    fake = FakeDaemon()
+    runner = web.AppRunner(fake.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    fake.url = f"http://{host}:{port}"
+    try:
+        yield fake
+    finally:
+        await runner.cleanup()
+
+
+def settings(url: str, **overrides: Any) -> RunnerSettings:
+    values: dict[str, Any] = {
+        "backend": "daemon",
+        "daemon_url": url,
+        "daemon_token": TOKEN,
+        "daemon_operator_token": OPERATOR,
+        "daemon_poll_s": 0.02,
+        **overrides,
+    }
+    return RunnerSettings(**values)
+
+
+@pytest.fixture
+async def backend(daemon: FakeDaemon) -> AsyncIterator[DaemonRunner]:
+    runner = DaemonRunner(settings(daemon.url), stop_grace_s=2.0)
+    try:
+        yield runner
+    finally:
+        await runner.close()
+
+
+@pytest.fixture
+def request_(tmp_path: Path) -> RunRequest:
+    return make_request(tmp_path)
+
+
+def make_request(tmp_path: Path, timeout_s: float = 30.0) -> RunRequest:
+    home = Home(
+        thread_key="web:local:c1",
+        name="web-local-c1",
+        path=tmp_path,
+        account=Account("me", os.getuid(), os.getgid()),
+        operator_gid=os.getgid(),
+        isolated=False,
+    )
+    return RunRequest(
+        home=home,
+        identity=RunIdentity(home=home, env={}, umask=0o077),
+        conversation="web:local:c1#1",
+        prompt="say hello",
+        agent="default",
+        approval_policy="low-risk",
+        timeout_s=timeout_s,
+    )
+
+
+async def collect(
+    handle: RunHandle, on_event: Callable[[RunnerEvent], Any] | None = None
+) -> tuple[list[RunnerEvent], RunResult]:
+    async def go() -> tuple[list[RunnerEvent], RunResult]:
+        events = []
+        async for event in handle.events():
+            events.append(event)
+            if on_event is not None:
+                await on_event(event)
+        return events, await handle.wait()
+
+    return await asyncio.wait_for(go(), WAIT)
+
+
+async def test_success_forwards_events_in_order_and_parses_the_envelope(
+    daemon: FakeDaemon, backend: DaemonRunner, request_: RunRequest
+) -> None:
+    handle = await backend.start(request_)
+    await asyncio.wait_for(daemon.created.wait(), WAIT)
+    run = daemon.run
+    assert run.body == {
+        "agent": "default",
+        "prompt": "say hello",
+        "conversationId": "web:local:c1#1",
+    }
+    run.events.append({"type": "stream_start"})
+    await daemon.wait_polls(2)
+    run.events.append({"type": "tool_call", "name": "bash"})
+    run.events.append({"type": "text_chunk", "text": "Hel"})
+    await daemon.wait_polls(2)
+    run.events.append({"type": "complete"})
+    run.events.append("not an event")  # type: ignore[arg-type]
+    run.finish(SUCCESS)
+
+    events, result = await collect(handle)
+
+    assert [e.type for e in events] == ["stream_start", "tool_call", "text_chunk", "complete"]
+    assert events[1].data == {"type": "tool_call", "name": "bash"}
+    assert result.ok and result.answer == "Hello **there**"
+    assert result.cost_usd == pytest.approx(0.0123) and result.cost_known
+    assert (result.prompt_tokens, result.completion_tokens, result.total_tokens) == (100, 20, 120)
+    assert result.tool_calls == SUCCESS["toolCalls"]
+    assert not result.stopped and not result.timed_out
+    # every request had the bearer token, none had an Origin, bodies were JSON
+    assert daemon.seen and daemon.origins == []
+    for seen in daemon.seen:
+        assert seen.headers["Authorization"] == f"Bearer {TOKEN}"
+        assert "Origin" not in seen.headers
+        assert "X-Jazz-Operator-Token" not in seen.headers
+    post = daemon.seen[0]
+    assert (post.method, post.path) == ("POST", "/runs")
+    assert post.headers["Content-Type"].startswith("application/json")
+
+
+async def test_wrong_token_is_a_runner_error_naming_status_not_token(
+    daemon: FakeDaemon, request_: RunRequest
+) -> None:
+    runner = DaemonRunner(settings(daemon.url, daemon_token="wrong-t0ken-value"))
+    try:
+        with pytest.raises(RunnerError) as info:
+            await runner.start(request_)
+    finally:
+        await runner.close()
+    message = str(info.value)
+    assert "401" in message and daemon.url in message
+    assert "wrong-t0ken-value" not in message and TOKEN not in message
+    assert daemon.runs == {}
+
+
+async def test_missing_token_is_refused_without_a_request(
+    daemon: FakeDaemon, request_: RunRequest
+) -> None:
+    runner = DaemonRunner(settings(daemon.url, daemon_token=None))
+    with pytest.raises(RunnerError, match="daemon_token"):
+        await runner.start(request_)
+    await runner.close()
+    assert daemon.seen == []
+
+
+async def test_unreachable_and_5xx_at_start_are_runner_errors(
+    daemon: FakeDaemon, request_: RunRequest
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dead = DaemonRunner(settings(f"http://127.0.0.1:{port}"))
+    with pytest.raises(RunnerError, match=f"127.0.0.1:{port}") as info:
+        await dead.start(request_)
+    assert TOKEN not in str(info.value)
+    await dead.close()
+
+    daemon.start_status = 503
+    sad = DaemonRunner(settings(daemon.url))
+    with pytest.raises(RunnerError, match="503") as info:
+        await sad.start(request_)
+    assert daemon.url in str(info.value)
+    await sad.close()
+
+
+async def test_approval_is_surfaced_once_and_approved_with_operator_token(
+    daemon: FakeDaemon, backend: DaemonRunner, request_: RunRequest
+) -> None:
+    def park(run: FakeRun) -> None:
+        run.state = "input-required"
+        run.events.append({"type": "tool_call", "name": "bash"})
+        run.pending = {
+            "kind": "approval",
+            "toolCallId": "tc-1",
+            "toolName": "bash",
+            "message": "Run `ls`?",
+            "preview": "ls -la",
+        }
+
+    daemon.on_create = park
+    handle = await backend.start(request_)
+
+    async def on_event(event: RunnerEvent) -> None:
+        if event.type == "approval_required":
+            await daemon.wait_polls(3)  # still pending on the daemon: must not be re-emitted
+            await handle.answer(
+                {"type": "approval_decision", "toolCallId": "tc-1", "approved": True}
+            )
+
+    events, result = await collect(handle, on_event)
+
+    assert [e.type for e in events] == ["tool_call", "approval_required", "approval_resolved"]
+    assert events[1].data == {
+        "type": "approval_required",
+        "toolCallId": "tc-1",
+        "toolName": "bash",
+        "message": "Run `ls`?",
+        "preview": "ls -la",
+    }
+    (answer,) = daemon.answers
+    assert answer.path == "/runs/run-1/answer"
+    assert answer.body == {"toolCallId": "tc-1", "approved": True}
+    assert answer.headers["X-Jazz-Operator-Token"] == OPERATOR
+    assert result.ok and result.answer == SUCCESS["answer"]
+
+
+async def test_rejection_sends_a_note_and_no_operator_token(
+    daemon: FakeDaemon, backend: DaemonRunner, request_: RunRequest
+) -> None:
+    def park(run: FakeRun) -> None:
+        run.state = "input-required"
+        run.pending = [{"toolCallId": "tc-9", "toolName": "rm"}]
+
+    daemon.on_create = park
+    handle = await backend.start(request_)
+
+    async def on_event(event: RunnerEvent) -> None:
+        if event.type == "approval_required":
+            await handle.answer(
+                {"type": "approval_decision", "toolCallId": "tc-9", "approved": False}
+            )
+
+    _, result = await collect(handle, on_event)
+    (answer,) = daemon.answers
+    assert answer.body == {"toolCallId": "tc-9", "approved": False, "note": "rejected in chat"}
+    assert "X-Jazz-Operator-Token" not in answer.headers
+    assert result.ok
+
+
+async def test_question_is_answered_with_a_response(
+    daemon: FakeDaemon, backend: DaemonRunner, request_: RunRequest
+) -> None:
+    suggestions = [{"value": "a", "label": "Option A"}, {"value": "b", "label": "Option B"}]
+
+    def park(run: FakeRun) -> None:
+        run.state = "input-required"
+        run.pending = {
+            "requestId": "q-1",
+            "question": "Which one?",
+            "suggestions": suggestions,
+            "allowCustom": False,
+        }
+
+    daemon.on_create = park
+    handle = await backend.start(request_)
+
+    async def on_event(event: RunnerEvent) -> None:
+        if event.type == "user_input_required":
+            await handle.answer(
+                {"type": "user_input_response", "requestId": "q-1", "response": "b"}
+            )
+
+    events, result = await collect(handle, on_event)
+    prompts = [e for e in events if e.type == "user_input_required"]
+    assert [p.data for p in prompts] == [
+        {
+            "type": "user_input_required",
+            "requestId": "q-1",
+            "question": "Which one?",
+            "suggestions": suggestions,
+            "allowCustom": False,
+        }
+    ]
+    (answer,) = daemon.answers
+    assert answer.body == {"requestId": "q-1", "response": "b"}
+    assert answer.headers["X-Jazz-Operator-Token"] == OPERATOR
+    assert result.ok
+
+
+@pytest.mark.parametrize(
+    ("frame", "body", "operator"),
+    [
+        ({"value": "hunter2"}, {"requestId": "s-1", "secret": "hunter2"}, True),
+        ({"declined": True}, {"requestId": "s-1", "approved": False, "note": "declined"}, False),
+        (
+            {"unavailable": "shared-chat"},
+            {"requestId": "s-1", "approved": False, "note": "unavailable: shared-chat"},
+            False,
+        ),
+    ],
+)
+async def test_secret_answers(
+    daemon: FakeDaemon,
+    backend: DaemonRunner,
+    request_: RunRequest,
+    frame: dict[str, Any],
+    body: dict[str, Any],
+    operator: bool,
+) -> None:
+    def park(run: FakeRun) -> None:
+        run.state = "input-required"
+        run.pending = {"kind": "secret", "requestId": "s-1", "name": "GITHUB_TOKEN"}
+
+    daemon.on_create = park
+    handle = await backend.start(request_)
+
+    async def on_event(event: RunnerEvent) -> None:
+        if event.type == "user_secret_required":
+            assert event.data == {
+                "type": "user_secret_required",
+                "requestId": "s-1",
+                "name": "GITHUB_TOKEN",
+            }
+            await handle.answer({"type": "user_secret_response", "requestId": "s-1", **frame})
+
+    _, result = await collect(handle, on_event)
+    (answer,) = daemon.answers
+    assert answer.body == body
+    assert ("X-Jazz-Operator-Token" in answer.headers) is operator
+    assert result.ok
+
+
+async def test_stop_cancels_and_reports_interrupted(
+    daemon: FakeDaemon, backend: DaemonRunner, request_: RunRequest
+) -> None:
+    handle = await backend.start(request_)
+    await daemon.wait_polls(1)
+    await asyncio.wait_for(handle.stop("stopped"), WAIT)
+    assert daemon.cancelled.is_set()
+    assert [(s.method, s.path) for s in daemon.seen if "cancel" in s.path] == [
+        ("POST", "/runs/run-1/cancel")
+    ]
+    _, result = await collect(handle)
+    assert not result.ok and result.code == "interrupted" and result.stopped
+    assert not result.timed_out
+    await handle.stop()  # a second stop is a no-op
+
+
+async def test_stop_falls_back_to_delete_when_cancel_is_404(
+    daemon: FakeDaemon, backend: DaemonRunner, request_: RunRequest
+) -> None:
+    daemon.cancel_route = False
+    handle = await backend.start(request_)
+    await asyncio.wait_for(handle.stop("stopped"), WAIT)
+    assert ("DELETE", "/runs/run-1") in [(s.method, s.path) for s in daemon.seen]
+    result = await asyncio.wait_for(handle.wait(), WAIT)
+    assert result.code == "interrupted" and result.stopped
+
+
+async def test_close_stops_active_runs(daemon: FakeDaemon, request_: RunRequest) -> None:
+    runner = DaemonRunner(settings(daemon.url), stop_grace_s=2.0)
+    handle = await runner.start(request_)
+    await asyncio.wait_for(runner.close(), WAIT)
+    assert daemon.cancelled.is_set()
+    result = await asyncio.wait_for(handle.wait(), WAIT)
+    assert result.stopped and result.code == "interrupted"
+
+
+async def test_timeout_stops_the_run(
+    daemon: FakeDaemon, backend: DaemonRunner, tmp_path: Path
+) -> None:
+    handle = await backend.start(make_request(tmp_path, timeout_s=0.3))
+    _, result = await collect(handle)
+    assert daemon.cancelled.is_set()
+    assert not result.ok and result.code == "timeout" and result.timed_out
+    assert result.error == "the run took longer than 0.3s and was stopped"
+
+
+async def test_waiting_for_a_person_does_not_count_against_the_timeout(
+    daemon: FakeDaemon, backend: DaemonRunner, tmp_path: Path
+) -> None:
+    def park(run: FakeRun) -> None:
+        run.state = "input-required"
+        run.pending = {"toolCallId": "tc-1", "toolName": "bash"}
+
+    daemon.on_create = park
+    handle = await backend.start(make_request(tmp_path, timeout_s=0.3))
+
+    async def on_event(event: RunnerEvent) -> None:
+        if event.type == "approval_required":
+            await daemon.wait_polls(25)  # ~0.5 s at 0.02 s polls, longer than the timeout
+            await handle.answer(
+                {"type": "approval_decision", "toolCallId": "tc-1", "approved": True}
+            )
+
+    _, result = await collect(handle, on_event)
+    assert result.ok and not result.timed_out
+    assert not daemon.cancelled.is_set()
+
+
+async def test_failure_envelope_is_a_failure_with_its_code(
+    daemon: FakeDaemon, backend: DaemonRunner, request_: RunRequest
+) -> None:
+    daemon.on_create = lambda run: run.finish(
+        {
+            "ok": False,
+            "code": "content_filtered",
+            "error": "the provider filtered the answer",
+            "costUSD": 0.002,
+            "costKnown": True,
+            "tokenUsage": {"promptTokens": 5, "completionTokens": 0, "totalTokens": 5},
+        },
+        state="failed",
+    )
+    handle = await backend.start(request_)
+    _, result = await collect(handle)
+    assert not result.ok and result.code == "content_filtered"
+    assert result.error == "the provider filtered the answer"
+    assert result.cost_usd == pytest.approx(0.002) and result.total_tokens == 5
+    assert not result.stopped
+
+
+async def test_failed_without_envelope_is_reported(
+    daemon: FakeDaemon, backend: DaemonRunner, request_: RunRequest
+) -> None:
+    daemon.on_create = lambda run: setattr(run, "state", "failed")
+    handle = await backend.start(request_)
+    _, result = await collect(handle)
+    assert not result.ok and result.code == "failed" and result.error
+
+
+async def test_daemon_lost_mid_run_is_daemon_unreachable(
+    tmp_path: Path, request_: RunRequest
+) -> None:
+    fake = FakeDaemon()
+    app_runner = web.AppRunner(fake.app())
+    await app_runner.setup()
+    site = web.TCPSite(app_runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = app_runner.addresses[0][:2]
+    runner = DaemonRunner(settings(f"http://{host}:{port}"), unreachable_s=0.4)
+    try:
+        handle = await runner.start(request_)
+        await fake.wait_polls(1)
+        await app_runner.cleanup()  # the daemon goes away
+        _, result = await collect(handle)
+    finally:
+        await runner.close()
+    assert not result.ok and result.code == "daemon_unreachable"
+    assert f"{host}:{port}" in (result.error or "")
+    assert TOKEN not in (result.error or "")
