@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from provisioning.homes import Home
@@ -58,6 +58,29 @@ class RunResult:
     timed_out: bool = False
     stopped: bool = False
     flags: dict[str, Any] = field(default_factory=dict)  # truncated, costCapped, ...
+
+
+def finalize(
+    result: RunResult, *, timeout_s: float, timed_out: bool, stop_reason: str | None
+) -> RunResult:
+    """What every backend does last: a run we ended says why (timeout, stop), not its echo."""
+    if timed_out:
+        return replace(
+            result,
+            ok=False,
+            code="timeout",
+            error=f"the run took longer than {timeout_s:g}s and was stopped",
+            timed_out=True,
+        )
+    if stop_reason is not None:
+        return replace(
+            result,
+            ok=False,
+            code="interrupted",
+            stopped=True,
+            error=result.error or stop_reason,
+        )
+    return result
 
 
 class RunHandle(abc.ABC):

@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunnerError
-from .base import PROMPT_EVENTS, RunHandle, RunnerBackend, RunnerEvent, RunRequest, RunResult
+from .base import (
+    PROMPT_EVENTS,
+    RunHandle,
+    RunnerBackend,
+    RunnerEvent,
+    RunRequest,
+    RunResult,
+    finalize,
+)
 from .envelope import parse_envelope
 from .procs import RUN_TAG_ENV, kill_all, signal_group
 
@@ -297,24 +305,12 @@ class CliRunHandle(RunHandle):
             duration_ms=duration_ms,
             garbage=self._garbage,
         )
-        if self._timed_out:
-            limit = self.request.timeout_s
-            return _replace(
-                result,
-                ok=False,
-                code="timeout",
-                error=f"the run took longer than {limit:g}s and was stopped",
-                timed_out=True,
-            )
-        if self._stop_reason is not None:
-            return _replace(
-                result,
-                ok=False,
-                code="interrupted",
-                stopped=True,
-                error=result.error or self._stop_reason,
-            )
-        return result
+        return finalize(
+            result,
+            timeout_s=self.request.timeout_s,
+            timed_out=self._timed_out,
+            stop_reason=self._stop_reason,
+        )
 
     async def wait(self) -> RunResult:
         await self._done.wait()
@@ -332,12 +328,6 @@ def _event(line: str) -> RunnerEvent | None:
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
         return None
     return RunnerEvent(type=data["type"], data=data)
-
-
-def _replace(result: RunResult, **changes: Any) -> RunResult:
-    from dataclasses import replace
-
-    return replace(result, **changes)
 
 
 def reachable_by_others(path: str, *, need: int = stat.S_IXOTH) -> bool:

@@ -22,7 +22,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -30,7 +29,15 @@ import aiohttp
 
 from ..config import RunnerSettings
 from ..errors import RunnerError
-from .base import PROMPT_EVENTS, RunHandle, RunnerBackend, RunnerEvent, RunRequest, RunResult
+from .base import (
+    PROMPT_EVENTS,
+    RunHandle,
+    RunnerBackend,
+    RunnerEvent,
+    RunRequest,
+    RunResult,
+    finalize,
+)
 from .envelope import parse_envelope
 
 log = logging.getLogger(__name__)
@@ -482,24 +489,12 @@ class DaemonRunHandle(RunHandle):
         )
 
     def _final(self, result: RunResult) -> RunResult:
-        if self._timed_out:
-            limit = self.request.timeout_s
-            return replace(
-                result,
-                ok=False,
-                code="timeout",
-                error=f"the run took longer than {limit:g}s and was stopped",
-                timed_out=True,
-            )
-        if self._stop_reason is not None:
-            return replace(
-                result,
-                ok=False,
-                code="interrupted",
-                stopped=True,
-                error=result.error or self._stop_reason,
-            )
-        return result
+        return finalize(
+            result,
+            timeout_s=self.request.timeout_s,
+            timed_out=self._timed_out,
+            stop_reason=self._stop_reason,
+        )
 
     # -- control ----------------------------------------------------------------------------
 
