@@ -2,14 +2,27 @@
 
 In a setgid home (isolated) only "other" bits are cleared, so operators keep group read; in
 a private home group and other bits are cleared. The owner's bits, execute included, stay;
-setuid/setgid are stripped from regular files. Links, other accounts' files, hard links to
-files of others, FIFOs, sockets and devices are left alone and never opened. The walk is
-pinned by directory descriptors: a conversation swapping a directory for a link mid-walk
-gets its swap skipped, never followed.
+setuid/setgid are stripped from regular files. Directories only lose bits, they gain none.
+
+Only entries owned by the conversation's account are changed. Symbolic links, other
+accounts' files (hard links to them included), FIFOs, sockets and devices are left alone,
+counted as skipped and never opened. Another account's directory is left as it is too, but
+walked into: the owner's own files in it are still its own.
+
+The walk is pinned by directory descriptors: every directory is opened relative to its
+parent's descriptor with ``O_NOFOLLOW | O_DIRECTORY``, and its ``fstat`` must be the inode
+the listing saw, so a conversation swapping a directory for a link (or another directory)
+mid-walk gets its swap skipped, never followed. Nothing is ever re-resolved by path.
+
+Descriptors are bounded: one per level is kept open for the innermost ``FD_BUDGET`` levels;
+above that, a level's descriptor is closed and later recovered by opening ``..`` from its
+child and checking it is the same inode (if it is not, the directory was moved meanwhile and
+the rest of it is not walked: a failure). Directories deeper than ``MAX_DEPTH`` are refused.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -20,9 +33,18 @@ from pathlib import Path
 from . import pinned
 from .modes import GROUP_BITS, OTHER_BITS, REPAIR_MARKER, SPECIAL_EXEC_BITS
 
-MAX_DEPTH = 4096
+MAX_DEPTH = 4096  # levels below the home; deeper directories are refused (failed)
+FD_BUDGET = 64  # directory descriptors the walk keeps open at most (besides the home's)
 MAX_ERRORS = 50
 MARKER_VERSION = 1
+
+_DIR_OPEN = pinned.DIR_FLAGS | os.O_NONBLOCK
+_MARKER_OPEN = (
+    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+)
+_S_IFMT = 0o170000
+_S_IFREG = stat.S_IFREG
+_SWAPPED = (errno.ELOOP, errno.ENOTDIR)  # opening a listed directory found a link or a file
 
 
 @dataclass
@@ -31,8 +53,8 @@ class WalkReport:
     changed: int = 0
     skipped: int = 0
     failed: int = 0
-    errors: list[str] = field(default_factory=list)
-    skipped_by_marker: bool = False
+    errors: list[str] = field(default_factory=list)  # "path: reason", at most MAX_ERRORS
+    skipped_by_marker: bool = False  # the marker was there and force was not given
 
     def merge(self, other: WalkReport) -> None:
         self.checked += other.checked
@@ -52,142 +74,323 @@ class WalkReport:
         }
 
     def fail(self, where: str, why: str) -> None:
+        """Count one failure and keep its message (while there is room)."""
         self.failed += 1
         if len(self.errors) < MAX_ERRORS:
             self.errors.append(f"{where}: {why}")
 
 
-def _marker_present(home_fd: int) -> bool:
-    try:
-        st = os.stat(REPAIR_MARKER, dir_fd=home_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return stat.S_ISREG(st.st_mode)
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
-def _write_marker(home_fd: int, owner_uid: int, setgid_home: bool) -> None:
-    mode = 0o640 if setgid_home else 0o600
-    try:
-        st = os.stat(REPAIR_MARKER, dir_fd=home_fd, follow_symlinks=False)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
-            os.unlink(REPAIR_MARKER, dir_fd=home_fd)
-    except FileNotFoundError:
-        pass
-    except IsADirectoryError:
-        return
-    data = json.dumps(
-        {"version": MARKER_VERSION, "repairedAt": datetime.now(UTC).isoformat(timespec="seconds")}
-    ).encode()
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        fd = os.open(REPAIR_MARKER, flags, mode, dir_fd=home_fd)
-    except OSError:
-        return
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return
-        os.write(fd, data + b"\n")
-        if os.geteuid() == 0:
-            os.fchown(fd, owner_uid, -1)
-        os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
+class _Frame:
+    """One directory on the walk's path: its descriptor (or -1 while parked) and identity."""
+
+    __slots__ = ("dev", "fd", "ino", "next", "subdirs", "where")
+
+    def __init__(
+        self, fd: int, dev: int, ino: int, where: str, subdirs: list[tuple[str, int, int]]
+    ) -> None:
+        self.fd = fd
+        self.dev = dev
+        self.ino = ino
+        self.where = where
+        self.subdirs = subdirs
+        self.next = 0
 
 
 def repair_home_tree(
     home: Path, *, setgid_home: bool, owner_uid: int, force: bool = False
 ) -> WalkReport:
-    """Walk ``home`` and apply the rule; see the module docstring. Blocking."""
+    """Apply the home-repair rule to ``home`` and everything in it (blocking).
+
+    Raises :class:`~provisioning.errors.UnsafePathError` when ``home`` is a link or not a
+    directory and ``OSError`` when it cannot be opened; anything that goes wrong inside is
+    counted in ``failed`` with a message. With ``failed == 0`` the marker
+    (``modes.REPAIR_MARKER``) is written; while it exists (a regular file) later calls
+    return at once with ``skipped_by_marker`` unless ``force``. A walk with failures removes
+    an earlier marker, so the next start walks again.
+    """
     report = WalkReport()
     home_fd = pinned.open_dir(home)
     try:
         if not force and _marker_present(home_fd):
             report.skipped_by_marker = True
             return report
-        clear = OTHER_BITS if setgid_home else (OTHER_BITS | GROUP_BITS)
-        st = os.fstat(home_fd)
-        report.checked += 1
-        _walk(home_fd, str(home), st, clear, owner_uid, report, 0)
+        clear = OTHER_BITS if setgid_home else OTHER_BITS | GROUP_BITS
+        _Walk(report, owner_uid, clear).run(home_fd, str(home))
         if report.failed == 0:
-            _write_marker(home_fd, owner_uid, setgid_home)
+            _write_marker(home_fd, str(home), owner_uid, setgid_home, report)
+        else:
+            _drop_stale_marker(home_fd)
     finally:
         os.close(home_fd)
     return report
 
 
-def _walk(
-    dir_fd: int,
-    where: str,
-    dir_st: os.stat_result,
-    clear: int,
-    owner_uid: int,
-    report: WalkReport,
-    depth: int,
-) -> None:
-    # fix the directory itself through its pinned descriptor
-    if dir_st.st_uid == owner_uid:
-        mode = stat.S_IMODE(dir_st.st_mode)
-        want = mode & ~clear
-        if want != mode:
-            try:
-                os.fchmod(dir_fd, want)
-                report.changed += 1
-            except OSError as exc:
-                report.fail(where, exc.strerror or str(exc))
-    if depth >= MAX_DEPTH:
-        report.fail(where, f"deeper than {MAX_DEPTH} levels; not walked further")
-        return
-    try:
-        entries = list(os.scandir(dir_fd))
-    except OSError as exc:
-        report.fail(where, exc.strerror or str(exc))
-        return
-    for entry in entries:
-        name = entry.name
-        if depth == 0 and name == REPAIR_MARKER:
-            continue
+class _Walk:
+    def __init__(self, report: WalkReport, owner_uid: int, clear: int) -> None:
+        self.report = report
+        self.owner_uid = owner_uid
+        self.dir_keep = 0o7777 & ~clear
+        self.file_keep = 0o7777 & ~clear & ~SPECIAL_EXEC_BITS
+
+    def run(self, home_fd: int, where: str) -> None:
+        report = self.report
+        try:
+            st = os.fstat(home_fd)
+        except OSError as exc:
+            report.checked += 1
+            report.fail(where, f"cannot stat: {_why(exc)}")
+            return
         report.checked += 1
+        subdirs = self._enter(home_fd, st, where, top=True)
+        if subdirs is None:
+            return
+        # stack[0] is the home: its descriptor belongs to the caller and is never parked
+        stack = [_Frame(home_fd, st.st_dev, st.st_ino, where, subdirs)]
+        parked = 1  # stack[1:parked] have their descriptor closed (fd == -1)
         try:
-            st = entry.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            continue  # removed by the conversation meanwhile
-        except OSError as exc:
-            report.fail(f"{where}/{name}", exc.strerror or str(exc))
-            continue
-        fmt = stat.S_IFMT(st.st_mode)
-        if fmt == stat.S_IFDIR:
-            try:
-                child = os.open(name, pinned.DIR_FLAGS, dir_fd=dir_fd)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                # ELOOP/ENOTDIR: swapped for a link or file since the listing
-                report.skipped += 1
-                if exc.errno not in (40, 20):
-                    report.fail(f"{where}/{name}", exc.strerror or str(exc))
-                continue
-            try:
-                cst = os.fstat(child)
-                if (cst.st_dev, cst.st_ino) != (st.st_dev, st.st_ino):
-                    report.skipped += 1  # swapped: not the directory we listed
+            while stack:
+                top = stack[-1]
+                if top.next < len(top.subdirs):
+                    name, dev, ino = top.subdirs[top.next]
+                    top.next += 1
+                    child = self._open_child(top, name, dev, ino, len(stack))
+                    if child is None:
+                        continue
+                    fd, cst, child_where = child
+                    try:
+                        sub = self._enter(fd, cst, child_where, top=False)
+                    except BaseException:
+                        os.close(fd)
+                        raise
+                    if not sub:  # nothing below it: no need to keep it open
+                        os.close(fd)
+                        continue
+                    stack.append(_Frame(fd, dev, ino, child_where, sub))
+                    if len(stack) - parked > FD_BUDGET:
+                        os.close(stack[parked].fd)
+                        stack[parked].fd = -1
+                        parked += 1
                     continue
-                _walk(child, f"{where}/{name}", cst, clear, owner_uid, report, depth + 1)
-            finally:
-                os.close(child)
-            continue
-        if fmt != stat.S_IFREG or st.st_uid != owner_uid:
-            report.skipped += 1  # links, FIFOs, sockets, devices, other accounts' files
-            continue
-        mode = stat.S_IMODE(st.st_mode)
-        want = mode & ~clear & ~SPECIAL_EXEC_BITS
-        if want == mode:
-            continue
+                # top is done: back to its parent
+                stack.pop()
+                if not stack:
+                    break
+                parent = stack[-1]
+                if parent.fd == -1:
+                    if self._unpark(top, parent):
+                        parked -= 1
+                    else:
+                        for lost in stack[1:]:  # every parked level is out of reach now
+                            report.fail(lost.where, "moved during the walk; the rest not walked")
+                        del stack[1:]
+                        parked = 1
+                os.close(top.fd)
+        finally:
+            for frame in stack[1:]:
+                if frame.fd != -1:
+                    os.close(frame.fd)
+
+    def _open_child(
+        self, parent: _Frame, name: str, dev: int, ino: int, depth: int
+    ) -> tuple[int, os.stat_result, str] | None:
+        """Open a listed subdirectory pinned to its parent; None when skipped or failed."""
+        report = self.report
+        where = f"{parent.where}/{name}"
+        if depth > MAX_DEPTH:
+            report.fail(where, f"deeper than {MAX_DEPTH} levels below the home; not walked")
+            return None
         try:
-            if pinned.chmod_entry(dir_fd, name, want, st):
-                report.changed += 1
-            else:
-                report.skipped += 1
-        except FileNotFoundError:
-            continue
+            fd = os.open(name, _DIR_OPEN, dir_fd=parent.fd)
         except OSError as exc:
-            report.fail(f"{where}/{name}", exc.strerror or str(exc))
+            if exc.errno in _SWAPPED:
+                report.skipped += 1  # swapped for a link or a file since it was listed
+            else:
+                report.fail(where, f"cannot open: {_why(exc)}")
+            return None
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            os.close(fd)
+            report.fail(where, f"cannot stat: {_why(exc)}")
+            return None
+        if st.st_ino != ino or st.st_dev != dev:
+            os.close(fd)
+            report.skipped += 1  # another directory took its name since it was listed
+            return None
+        return fd, st, where
+
+    def _unpark(self, child: _Frame, parent: _Frame) -> bool:
+        """Recover a parked parent's descriptor from ``..`` of its child, same inode only."""
+        try:
+            fd = os.open("..", _DIR_OPEN, dir_fd=child.fd)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            return False
+        if st.st_ino != parent.ino or st.st_dev != parent.dev:
+            os.close(fd)
+            return False
+        parent.fd = fd
+        return True
+
+    def _enter(
+        self, fd: int, st: os.stat_result, where: str, *, top: bool
+    ) -> list[tuple[str, int, int]] | None:
+        """Repair one directory (already counted) and its non-directories.
+
+        Returns its subdirectories to walk, as (name, st_dev, st_ino) from the listing, or
+        None when it could not be listed.
+        """
+        report = self.report
+        owner_uid = self.owner_uid
+        if st.st_uid == owner_uid:
+            mode = st.st_mode & 0o7777
+            want = mode & self.dir_keep
+            if want != mode:
+                try:
+                    os.fchmod(fd, want)
+                    report.changed += 1
+                except OSError as exc:
+                    report.fail(where, f"cannot change mode: {_why(exc)}")
+        else:
+            report.skipped += 1  # another account's directory: left as it is, walked into
+        try:
+            it = os.scandir(fd)
+        except OSError as exc:
+            report.fail(where, f"cannot list: {_why(exc)}")
+            return None
+        file_keep = self.file_keep
+        chmod_entry = pinned.chmod_entry
+        s_ifmt, s_ifreg = _S_IFMT, _S_IFREG
+        skip_name = REPAIR_MARKER if top else None
+        subdirs: list[tuple[str, int, int]] = []
+        checked = changed = skipped = 0
+        try:
+            with it:
+                for entry in it:
+                    if entry.is_dir(follow_symlinks=False):
+                        checked += 1
+                        try:
+                            est = entry.stat(follow_symlinks=False)
+                        except OSError as exc:
+                            report.fail(f"{where}/{entry.name}", f"cannot stat: {_why(exc)}")
+                            continue
+                        subdirs.append((entry.name, est.st_dev, est.st_ino))
+                        continue
+                    if not entry.is_file(follow_symlinks=False):
+                        checked += 1
+                        skipped += 1  # links, FIFOs, sockets, devices: never opened
+                        continue
+                    name = entry.name
+                    if name == skip_name:
+                        continue  # the walk's own marker, rewritten at the end
+                    checked += 1
+                    try:
+                        est = entry.stat(follow_symlinks=False)
+                    except OSError as exc:
+                        report.fail(f"{where}/{name}", f"cannot stat: {_why(exc)}")
+                        continue
+                    if est.st_uid != owner_uid or est.st_mode & s_ifmt != s_ifreg:
+                        skipped += 1  # another account's (or its hard link), or swapped
+                        continue
+                    mode = est.st_mode & 0o7777
+                    want = mode & file_keep
+                    if want == mode:
+                        continue
+                    try:
+                        if chmod_entry(fd, name, want, est):
+                            changed += 1
+                        else:
+                            skipped += 1  # a link by now
+                    except OSError as exc:
+                        report.fail(f"{where}/{name}", f"cannot change mode: {_why(exc)}")
+        except OSError as exc:  # reading the directory itself failed part way
+            report.fail(where, f"cannot list: {_why(exc)}")
+        report.checked += checked
+        report.changed += changed
+        report.skipped += skipped
+        return subdirs
+
+
+def _marker_present(home_fd: int) -> bool:
+    try:
+        st = os.stat(REPAIR_MARKER, dir_fd=home_fd, follow_symlinks=False)
+    except OSError:  # absent, or unreadable (then the walk says why)
+        return False
+    return stat.S_ISREG(st.st_mode)
+
+
+def _remove_marker(home_fd: int) -> None:
+    """Remove whatever has the marker's name (file, link, FIFO, empty directory)."""
+    try:
+        os.unlink(REPAIR_MARKER, dir_fd=home_fd)
+    except FileNotFoundError:
+        pass
+    except (IsADirectoryError, PermissionError) as exc:
+        # unlink(2) of a directory: EISDIR on Linux, EPERM elsewhere; only an empty one goes
+        try:
+            os.rmdir(REPAIR_MARKER, dir_fd=home_fd)
+        except OSError:
+            raise exc from None
+
+
+def _drop_stale_marker(home_fd: int) -> None:
+    """After a walk with failures a marker from an earlier walk must not stop the next one."""
+    try:
+        st = os.stat(REPAIR_MARKER, dir_fd=home_fd, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode):
+            os.unlink(REPAIR_MARKER, dir_fd=home_fd)
+    except OSError:
+        pass
+
+
+def _write_marker(
+    home_fd: int, where: str, owner_uid: int, setgid_home: bool, report: WalkReport
+) -> None:
+    """Create the marker anew through the home's descriptor (a failure counts in report).
+
+    Whatever has its name is removed first and the file is created with ``O_EXCL``, so the
+    write can never land in a link's target nor in a hard link to another file.
+    """
+    path = f"{where}/{REPAIR_MARKER}"
+    mode = 0o640 if setgid_home else 0o600
+    data = (
+        json.dumps(
+            {
+                "version": MARKER_VERSION,
+                "repairedAt": datetime.now(UTC).isoformat(timespec="seconds"),
+            }
+        )
+        + "\n"
+    ).encode()
+    fd = -1
+    try:
+        for _attempt in range(3):
+            _remove_marker(home_fd)
+            try:
+                fd = os.open(REPAIR_MARKER, _MARKER_OPEN, mode, dir_fd=home_fd)
+                break
+            except FileExistsError:
+                continue  # recreated between the unlink and the open: once more
+        else:
+            report.fail(path, "keeps being recreated; marker not written")
+            return
+        st = os.fstat(fd)
+        if st.st_uid != owner_uid:
+            os.fchown(fd, owner_uid, -1)
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        report.fail(path, f"cannot write the marker: {_why(exc)}")
+    finally:
+        if fd != -1:
+            os.close(fd)

@@ -1,0 +1,505 @@
+"""The deep home walk (provisioning.walk) on real files: the rule, what it leaves alone, races.
+
+Tests that need root (chown to another uid, device nodes, ``chattr +i``) are skipped
+without it; the others make no root assumptions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import socket
+import stat
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from provisioning.errors import UnsafePathError
+from provisioning.modes import REPAIR_MARKER
+from provisioning.walk import FD_BUDGET, MAX_DEPTH, WalkReport, repair_home_tree
+
+IS_ROOT = os.geteuid() == 0
+root_only = pytest.mark.skipif(not IS_ROOT, reason="needs root (chown, mknod, chattr)")
+OTHER_UID = 65530  # an account nothing on a test host uses
+ME = os.geteuid()
+T = TypeVar("T")
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def make(path: Path, m: int, data: str = "x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data)
+    os.chmod(path, m)
+    return path
+
+
+def mkdir(path: Path, m: int) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, m)
+    return path
+
+
+def walk(home: Path, *, setgid: bool = True, force: bool = False) -> WalkReport:
+    return repair_home_tree(home, setgid_home=setgid, owner_uid=ME, force=force)
+
+
+def in_thread(fn: Callable[[], T], timeout: float = 20.0) -> T:
+    """Run ``fn`` in a thread and wait at most ``timeout`` seconds for it."""
+    out: list[T] = []
+    err: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:
+            err.append(exc)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"still running after {timeout} s (blocked opening something?)"
+    if err:
+        raise err[0]
+    return out[0]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return mkdir(tmp_path / "home", 0o750)
+
+
+@pytest.fixture
+def deep_cleanup(tmp_path: Path) -> Iterator[None]:
+    """Trees deeper than PATH_MAX: removed with GNU rm (pytest's rmtree recurses)."""
+    yield
+    subprocess.run(["rm", "-rf", "--", str(tmp_path)], check=False, timeout=120)
+
+
+# --- the rule ---------------------------------------------------------------------------
+
+
+def test_setgid_home_clears_only_other_bits(home: Path) -> None:
+    os.chmod(home, 0o777)
+    f = make(home / "notes.txt", 0o666)
+    x = make(home / "bin" / "tool", 0o755)
+    os.chmod(home / "bin", 0o777)
+    suid = make(home / "suid", 0o4755)
+    sgid = make(home / "sgid", 0o2775)
+    own = make(home / "mine", 0o700)
+    sticky = mkdir(home / "sticky", 0o1777)
+    report = walk(home, setgid=True)
+    assert mode(home) == 0o770
+    assert mode(f) == 0o660
+    assert mode(home / "bin") == 0o770
+    assert mode(x) == 0o750  # the owner's execute is kept, group read kept
+    assert mode(suid) == 0o750  # setuid stripped from a regular file
+    assert mode(sgid) == 0o770  # setgid stripped from a regular file
+    assert mode(own) == 0o700
+    assert mode(sticky) == 0o1770  # directories only lose bits
+    assert report.failed == 0 and report.errors == []
+
+
+def test_directories_gain_nothing_and_keep_setgid(home: Path) -> None:
+    plain = mkdir(home / "plain", 0o777)
+    sgid = mkdir(home / "sgid", 0o777)
+    os.chmod(sgid, 0o2777)
+    if mode(sgid) != 0o2777:
+        pytest.skip("this filesystem does not keep setgid on a directory for us")
+    walk(home, setgid=True)
+    assert mode(plain) == 0o770  # no setgid added
+    assert mode(sgid) == 0o2770
+
+
+def test_private_home_clears_group_and_other_bits(home: Path) -> None:
+    os.chmod(home, 0o755)
+    f = make(home / "a.txt", 0o644)
+    x = make(home / "run.sh", 0o755)
+    d = mkdir(home / "d", 0o750)
+    inner = make(d / "inner", 0o664)
+    report = walk(home, setgid=False)
+    assert (mode(home), mode(f), mode(x), mode(d), mode(inner)) == (
+        0o700,
+        0o600,
+        0o700,
+        0o700,
+        0o600,
+    )
+    assert report.failed == 0
+
+
+def test_counts_for_a_known_tree(home: Path) -> None:
+    a = mkdir(home / "a", 0o777)
+    make(a / "f1", 0o666)
+    make(a / "f2", 0o640)
+    (home / "link").symlink_to(a / "f1")
+    os.mkfifo(home / "fifo", 0o600)
+    mkdir(home / "b", 0o750)
+    first = walk(home)
+    # home, a, a/f1, a/f2, link, fifo, b; a and a/f1 changed; link and fifo left alone
+    assert first.as_dict() == {"checked": 7, "changed": 2, "skipped": 2, "failed": 0}
+    again = walk(home, force=True)  # the marker itself is the walk's own, not counted
+    assert again.as_dict() == {"checked": 7, "changed": 0, "skipped": 2, "failed": 0}
+
+
+def test_hard_links_to_the_owners_own_files_are_changed(home: Path, tmp_path: Path) -> None:
+    mine = make(tmp_path / "elsewhere", 0o666)
+    os.link(mine, home / "hard")
+    report = walk(home)
+    assert mode(home / "hard") == 0o660 == mode(mine)  # its own file: changed
+    assert report.changed == 1
+
+
+# --- what it leaves alone ---------------------------------------------------------------
+
+
+def test_links_to_outside_are_not_followed(home: Path, tmp_path: Path) -> None:
+    outside = mkdir(tmp_path / "outside", 0o777)
+    target = make(outside / "precious", 0o666)
+    inner_dir = mkdir(outside / "dir", 0o777)
+    inner = make(inner_dir / "inner", 0o666)
+    (home / "to-file").symlink_to(target)
+    (home / "to-dir").symlink_to(inner_dir)
+    (home / "to-outside").symlink_to(outside)
+    report = walk(home)
+    assert mode(target) == 0o666
+    assert mode(inner) == 0o666
+    assert mode(inner_dir) == 0o777
+    assert mode(outside) == 0o777
+    assert report.skipped == 3 and report.failed == 0
+
+
+def test_fifo_and_socket_do_not_block_and_are_left_alone(home: Path) -> None:
+    os.mkfifo(home / "fifo")  # nobody ever opens its other end: opening it would hang
+    os.chmod(home / "fifo", 0o666)
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(home / "sock"))
+        os.chmod(home / "sock", 0o777)
+        report = in_thread(lambda: walk(home), timeout=20)
+    finally:
+        sock.close()
+    assert mode(home / "fifo") == 0o666
+    assert mode(home / "sock") == 0o777
+    assert report.skipped == 2 and report.failed == 0
+
+
+@root_only
+def test_other_accounts_entries_are_untouched(home: Path, tmp_path: Path) -> None:
+    theirs = make(home / "theirs", 0o666)
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    elsewhere = make(tmp_path / "elsewhere", 0o666)
+    os.chown(elsewhere, OTHER_UID, OTHER_UID)
+    os.link(elsewhere, home / "hardlink")
+    assert os.lstat(home / "hardlink").st_nlink == 2
+    their_dir = mkdir(home / "their-dir", 0o777)
+    os.chown(their_dir, OTHER_UID, OTHER_UID)
+    os.chmod(their_dir, 0o777)
+    mine_inside = make(their_dir / "mine", 0o666)
+    report = walk(home)
+    assert mode(theirs) == 0o666
+    assert mode(elsewhere) == 0o666 == mode(home / "hardlink")
+    assert mode(their_dir) == 0o777  # left as it is ...
+    assert mode(mine_inside) == 0o660  # ... but the owner's own files in it are repaired
+    assert report.skipped == 3 and report.failed == 0
+
+
+@root_only
+def test_devices_are_left_alone(home: Path) -> None:
+    os.mknod(home / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    os.chmod(home / "null", 0o666)
+    report = in_thread(lambda: walk(home), timeout=20)
+    assert mode(home / "null") == 0o666
+    assert report.skipped == 1 and report.failed == 0
+
+
+def test_a_home_that_is_a_link_or_missing_is_refused(tmp_path: Path) -> None:
+    real = mkdir(tmp_path / "real", 0o777)
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(UnsafePathError):
+        walk(tmp_path / "link")
+    assert mode(real) == 0o777
+    with pytest.raises(FileNotFoundError):
+        walk(tmp_path / "missing")
+
+
+# --- the race: a directory swapped for a link while the walk runs ------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD = -100
+RENAME_EXCHANGE = 2
+
+
+def exchange(a: bytes, b: bytes) -> None:
+    """Atomically swap two names (renameat2 RENAME_EXCHANGE): always one or the other."""
+    if _libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), a.decode())
+
+
+def test_a_directory_swapped_for_a_link_mid_walk_is_never_followed(tmp_path: Path) -> None:
+    outside = mkdir(tmp_path / "outside", 0o777)
+    victims = [make(outside / f"x{i}", 0o666) for i in range(30)]
+    outside_sub = mkdir(outside / "sub", 0o777)
+    victims.append(make(outside_sub / "y", 0o666))
+    home = mkdir(tmp_path / "home", 0o750)
+    pairs: list[tuple[bytes, bytes]] = []
+    for i in range(40):
+        v = mkdir(home / f"v{i}", 0o777)
+        for j in range(40):
+            make(v / f"f{j}", 0o666)
+        link = home / f"l{i}"
+        link.symlink_to(outside)
+        pairs.append((bytes(v), bytes(link)))
+    try:
+        exchange(*pairs[0])
+        exchange(*pairs[0])
+    except OSError as exc:
+        pytest.skip(f"renameat2(RENAME_EXCHANGE) unavailable here: {exc}")
+
+    total_swaps = 0
+    for _round in range(6):
+        out: list[WalkReport] = []
+        err: list[BaseException] = []
+
+        def target(out: list[WalkReport] = out, err: list[BaseException] = err) -> None:
+            try:
+                out.append(walk(home, force=True))
+            except BaseException as exc:
+                err.append(exc)
+
+        t = threading.Thread(target=target, daemon=True)
+        t.start()
+        swaps = 0
+        while t.is_alive() and swaps < 400_000:  # bounded however slow the walk is
+            for a, b in pairs:
+                exchange(a, b)
+            swaps += len(pairs)
+        t.join(timeout=20)
+        assert not t.is_alive(), "the walk did not finish"
+        assert not err, err  # races are counted, never raised
+        total_swaps += swaps
+        # a walk that followed a link even once would have changed these
+        assert [mode(v) for v in victims] == [0o666] * len(victims)
+        assert mode(outside) == 0o777 and mode(outside_sub) == 0o777
+    assert total_swaps > 0, "the swapper never ran while a walk did"
+
+
+# --- depth and descriptors --------------------------------------------------------------
+
+
+def make_deep(top: Path, depth: int, dir_mode: int = 0o777) -> None:
+    """``depth`` nested directories ``d`` below ``top``, a 0666 file ``leaf`` at the bottom."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            os.chmod("d", dir_mode, dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        os.close(os.open("leaf", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+        os.chmod("leaf", 0o666, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def modes_down(top: Path, depth: int) -> tuple[list[int], int]:
+    """Modes of the ``depth`` nested directories and of the leaf, read through descriptors."""
+    out: list[int] = []
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+            out.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        leaf = stat.S_IMODE(os.stat("leaf", dir_fd=fd, follow_symlinks=False).st_mode)
+    finally:
+        os.close(fd)
+    return out, leaf
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_deep_tree_is_walked_within_a_few_descriptors(home: Path, deep_cleanup: None) -> None:
+    depth = 600  # far more levels than the descriptor limit set below
+    make_deep(home, depth)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = open_fds() + FD_BUDGET + 16
+    assert limit < depth
+    before = open_fds()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    try:
+        report = walk(home)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert report.failed == 0, report.errors
+    assert report.checked == 1 + depth + 1
+    dirs, leaf = modes_down(home, depth)
+    assert dirs == [0o770] * depth and leaf == 0o660
+    assert open_fds() == before  # every descriptor closed again
+
+
+def test_directories_moved_under_a_deep_walk_never_break_it(home: Path) -> None:
+    """A real race on the parked levels: level 6 keeps moving out of level 5 and back.
+
+    Whatever the walk meets (a name gone, a parked parent no longer its child's ``..``) is
+    a failure it counts, never an exception nor a leaked descriptor, and once the mover
+    stops a walk repairs everything.
+    """
+    depth = FD_BUDGET + 60
+    make_deep(home, depth)
+    level5 = home.joinpath(*["d"] * 5)
+    elsewhere = mkdir(home / "elsewhere", 0o700)
+    before = open_fds()
+    messages: list[str] = []
+    for _round in range(30):
+        out: list[WalkReport] = []
+        err: list[BaseException] = []
+
+        def target(out: list[WalkReport] = out, err: list[BaseException] = err) -> None:
+            try:
+                out.append(walk(home, force=True))
+            except BaseException as exc:
+                err.append(exc)
+
+        t = threading.Thread(target=target, daemon=True)
+        t.start()
+        moves = 0
+        while t.is_alive() and moves < 100_000:
+            os.rename(level5 / "d", elsewhere / "d")
+            os.rename(elsewhere / "d", level5 / "d")
+            moves += 1
+        t.join(timeout=20)
+        assert not t.is_alive(), "the walk did not finish"
+        assert not err, err
+        messages += out[0].errors
+    assert open_fds() == before
+    allowed = ("moved during the walk", "No such file")
+    assert all(any(a in m for a in allowed) for m in messages), messages
+    final = walk(home, force=True)
+    assert final.failed == 0, final.errors
+    dirs, leaf = modes_down(home, depth)
+    assert dirs == [0o770] * depth and leaf == 0o660
+
+
+def test_deeper_than_the_limit_is_refused_and_counted(home: Path, deep_cleanup: None) -> None:
+    depth = MAX_DEPTH + 2
+    make_deep(home, depth)
+    report = walk(home)
+    assert report.failed == 1
+    assert "deeper than" in report.errors[0]
+    dirs, leaf = modes_down(home, depth)
+    assert dirs[:MAX_DEPTH] == [0o770] * MAX_DEPTH  # everything down to the limit repaired
+    assert dirs[MAX_DEPTH:] == [0o777, 0o777] and leaf == 0o666  # below it: not walked
+    assert not (home / REPAIR_MARKER).exists()  # a walk with failures leaves no marker
+
+
+# --- the marker -------------------------------------------------------------------------
+
+
+def test_marker_written_once_and_honoured(home: Path) -> None:
+    make(home / "a", 0o666)
+    first = walk(home)
+    marker = home / REPAIR_MARKER
+    assert not first.skipped_by_marker
+    st = os.lstat(marker)
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == ME and stat.S_IMODE(st.st_mode) == 0o640
+    doc = json.loads(marker.read_text())
+    assert doc["version"] == 1 and doc["repairedAt"].endswith("+00:00")
+    b = make(home / "b", 0o666)
+    second = walk(home)
+    assert second.skipped_by_marker and second.as_dict()["checked"] == 0
+    assert mode(b) == 0o666
+    third = walk(home, force=True)
+    assert not third.skipped_by_marker and mode(b) == 0o660
+    assert third.changed == 1
+
+
+def test_marker_mode_in_a_private_home(home: Path) -> None:
+    walk(home, setgid=False)
+    assert mode(home / REPAIR_MARKER) == 0o600
+
+
+def test_a_planted_marker_link_is_replaced_not_followed(home: Path, tmp_path: Path) -> None:
+    outside = make(tmp_path / "outside-file", 0o666, data="keep me")
+    (home / REPAIR_MARKER).symlink_to(outside)
+    make(home / "a", 0o666)
+    report = walk(home)  # a link is no marker: the walk runs
+    assert not report.skipped_by_marker and mode(home / "a") == 0o660
+    marker = home / REPAIR_MARKER
+    assert stat.S_ISREG(os.lstat(marker).st_mode)
+    assert outside.read_text() == "keep me" and mode(outside) == 0o666
+
+
+def test_a_marker_hard_linked_elsewhere_is_replaced_not_truncated(
+    home: Path, tmp_path: Path
+) -> None:
+    outside = make(tmp_path / "outside-file", 0o666, data="keep me")
+    os.link(outside, home / REPAIR_MARKER)
+    os.chmod(outside, 0o640)  # so the walk's own rule leaves it as is
+    walk(home, force=True)
+    assert outside.read_text() == "keep me"
+    assert os.lstat(home / REPAIR_MARKER).st_ino != os.lstat(outside).st_ino
+
+
+def test_a_marker_fifo_is_replaced_without_blocking(home: Path) -> None:
+    os.mkfifo(home / REPAIR_MARKER)
+    report = in_thread(lambda: walk(home), timeout=20)
+    assert report.failed == 0
+    assert stat.S_ISREG(os.lstat(home / REPAIR_MARKER).st_mode)
+
+
+def test_a_marker_that_is_a_directory_is_a_failure(home: Path) -> None:
+    mkdir(home / REPAIR_MARKER / "full", 0o700)
+    report = walk(home)
+    assert report.failed == 1 and REPAIR_MARKER in report.errors[0]
+    assert (home / REPAIR_MARKER / "full").is_dir()
+
+
+@root_only
+def test_marker_not_written_and_stale_one_dropped_when_the_walk_failed(home: Path) -> None:
+    walk(home)
+    assert (home / REPAIR_MARKER).is_file()
+    f = make(home / "immutable", 0o666)
+    if subprocess.run(["chattr", "+i", str(f)], capture_output=True, timeout=30).returncode:
+        pytest.skip("chattr +i is not supported on this filesystem")
+    try:
+        report = walk(home, force=True)
+    finally:
+        subprocess.run(["chattr", "-i", str(f)], check=False, timeout=30)
+    assert report.failed == 1 and "immutable" in report.errors[0]
+    assert mode(f) == 0o666
+    # the earlier marker is gone, so the next start walks again
+    assert not (home / REPAIR_MARKER).exists()
+    again = walk(home)
+    assert not again.skipped_by_marker and again.failed == 0 and mode(f) == 0o660
+
+
+@pytest.mark.skipif(IS_ROOT, reason="root reads any directory")
+def test_an_unreadable_directory_is_a_failure_not_an_exception(home: Path) -> None:
+    locked = mkdir(home / "locked", 0o000)
+    try:
+        report = walk(home)
+    finally:
+        os.chmod(locked, 0o700)
+    assert report.failed == 1 and "locked" in report.errors[0]
+    assert not (home / REPAIR_MARKER).exists()
+
+
+def test_merge_and_error_cap() -> None:
+    a = WalkReport(checked=1, changed=2, skipped=3, failed=4, errors=["x"] * 49)
+    a.merge(WalkReport(checked=10, changed=20, skipped=30, failed=40, errors=["y"] * 10))
+    assert a.as_dict() == {"checked": 11, "changed": 22, "skipped": 33, "failed": 44}
+    assert a.errors == ["x"] * 49 + ["y"]
