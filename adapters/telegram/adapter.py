@@ -1,0 +1,314 @@
+"""Telegram intake (webhook route or long polling) around python-telegram-bot's Application.
+
+The Application is built without its own updater: in webhook mode the gateway's aiohttp
+server owns ``POST /telegram/webhook``; in polling mode this adapter drives ``getUpdates``
+itself in one tracked task. Either way an update is handed to the core's ``submit`` (which
+persists it) before Telegram is acknowledged: the 200, or the polling offset moving on.
+``{bot id}:{update_id}`` is the dedupe key, so a redelivered update never runs twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import re
+from typing import Any
+
+from aiohttp import web
+from telegram import BotCommand, CallbackQuery, Message, Update
+from telegram.error import InvalidToken, RetryAfter, TelegramError
+from telegram.ext import Application, ApplicationBuilder
+
+from bridge.errors import AdapterError
+from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatus
+
+from . import convert
+from .spec import TelegramSettings
+from .surface import TelegramSurface, retry_seconds
+
+log = logging.getLogger(__name__)
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 (a header name)
+SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what setWebhook accepts
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
+MAX_TOAST = 200  # answerCallbackQuery's text limit
+MAX_BACKOFF_S = 30.0
+
+
+class TelegramAdapter:
+    name = "telegram"
+
+    def __init__(self, ctx: AdapterContext) -> None:
+        self.ctx = ctx
+        self.settings: TelegramSettings = ctx.settings
+        s = self.settings
+        if s.token is None:
+            raise AdapterError("telegram.token is not set")
+        self.mode = s.resolved_mode
+        self._secret = s.webhook_secret.get_secret_value().encode() if s.webhook_secret else None
+        self.application: Application[Any, Any, Any, Any, Any, Any] = (
+            ApplicationBuilder()
+            .token(s.token.get_secret_value())
+            .base_url(s.api_url)
+            .base_file_url(s.resolved_file_url)
+            .updater(None)
+            .build()
+        )
+        self.bot = self.application.bot
+        self._surface = TelegramSurface(self.bot, min_interval_s=s.min_send_interval_s)
+        self.rules: convert.Rules | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._initialized = False
+        self._stopping = False
+        self._error: str | None = None
+
+    @property
+    def surface(self) -> TelegramSurface:
+        return self._surface
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def initialize(self) -> None:
+        s = self.settings
+        if not (s.allow_everyone or s.allowed_chats or s.allowed_users):
+            raise AdapterError(
+                "telegram has no allowlist: set telegram.allowed_chats or telegram.allowed_users "
+                "(JAZZ_BRIDGE_TELEGRAM__ALLOWED_USERS='[123456]'), or telegram.allow_everyone = "
+                "true to let anyone who finds the bot use it"
+            )
+        if self.mode == "webhook":
+            if self._secret is None:
+                raise AdapterError(
+                    "telegram.webhook_secret (JAZZ_BRIDGE_TELEGRAM__WEBHOOK_SECRET) is required "
+                    "in webhook mode: Telegram sends it with every update"
+                )
+            if not SECRET_RE.match(self._secret.decode()):
+                raise AdapterError(
+                    "telegram.webhook_secret must be 1-256 characters of A-Z a-z 0-9 _ -"
+                )
+        try:
+            await self.application.initialize()  # getMe: checks the token
+        except InvalidToken as exc:
+            raise AdapterError(f"telegram.token was refused by the Bot API: {exc}") from exc
+        except TelegramError as exc:
+            raise AdapterError(f"cannot reach the Telegram Bot API at {s.api_url}: {exc}") from exc
+        self._initialized = True
+        me = self.bot.bot
+        self.rules = convert.Rules(
+            bot_id=me.id,
+            bot_username=me.username or "",
+            allowed_chats=convert.normalize_ids(s.allowed_chats),
+            allowed_users=convert.normalize_ids(s.allowed_users),
+            allow_everyone=s.allow_everyone,
+            operators=convert.normalize_ids(s.operators),
+            group_trigger=s.group_trigger,
+        )
+        log.info("telegram: bot @%s (%d), %s mode", me.username, me.id, self.mode)
+
+    def _kv(self, name: str) -> str:
+        assert self.rules is not None
+        return f"telegram:{self.rules.bot_id}:{name}"
+
+    async def start(self) -> None:
+        await self._sync_commands()
+        if self.mode == "webhook":
+            if self.settings.webhook_url:
+                try:
+                    await self.bot.set_webhook(
+                        url=self.settings.webhook_url,
+                        secret_token=self._secret.decode() if self._secret else None,
+                        allowed_updates=ALLOWED_UPDATES,
+                    )
+                except TelegramError as exc:
+                    self._error = f"setWebhook failed: {exc}"
+                    log.error("telegram: %s", self._error)
+            return
+        with contextlib.suppress(TelegramError):
+            await self.bot.delete_webhook()  # getUpdates is refused while a webhook is set
+        self._stopping = False
+        self._poller = asyncio.create_task(self._poll(), name="telegram-polling")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._poller
+            self._poller = None
+
+    async def shutdown(self) -> None:
+        if self._initialized:
+            self._initialized = False
+            await self.application.shutdown()
+
+    def health(self) -> str | None:
+        if self._poller is not None and self._poller.done() and not self._stopping:
+            return self._error or "telegram polling stopped"
+        return self._error
+
+    async def _sync_commands(self) -> None:
+        """setMyCommands only when the list changed since the last call that succeeded."""
+        digest = hashlib.sha256(json.dumps(convert.COMMANDS).encode()).hexdigest()
+        key = self._kv("commands-sha256")
+        if await self.ctx.store.get_kv(key) == digest:
+            return
+        try:
+            await self.bot.set_my_commands([BotCommand(c, d) for c, d in convert.COMMANDS])
+        except TelegramError as exc:
+            log.warning("telegram: setMyCommands failed (tried again at the next start): %s", exc)
+            return
+        await self.ctx.store.set_kv(key, digest)
+
+    # -- webhook ------------------------------------------------------------------------------
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post("/telegram/webhook", self.webhook)
+
+    async def webhook(self, request: web.Request) -> web.Response:
+        if self.mode != "webhook" or self._secret is None:
+            return web.Response(status=404, text="telegram is not in webhook mode")
+        given = request.headers.get(SECRET_HEADER, "").encode()
+        if not hmac.compare_digest(given, self._secret):
+            self.ctx.metrics.auth_failures.labels("telegram", "secret").inc()
+            log.warning("telegram webhook: wrong or missing %s", SECRET_HEADER)
+            return web.Response(status=403, text="wrong or missing secret token")
+        if self.rules is None:
+            return web.Response(status=503, text="not started")
+        try:
+            data = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            return web.Response(status=400, text="body is not valid JSON")
+        if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
+            return web.Response(status=400, text="body is not a Telegram update")
+        try:
+            update = Update.de_json(data, self.bot)
+        except (KeyError, TypeError, ValueError) as exc:
+            return web.Response(status=400, text=f"body is not a Telegram update: {exc}")
+        status = await self.process(update)
+        if status is SubmitStatus.REFUSED:
+            return web.Response(status=503, text="the gateway is shutting down; retry")
+        return web.Response(status=200)
+
+    # -- one update ---------------------------------------------------------------------------
+
+    async def process(self, update: Update) -> SubmitStatus | None:
+        """Hand one update to the core; returns only after it is persisted (or dropped)."""
+        assert self.rules is not None
+        metrics = self.ctx.metrics.messages
+        if update.callback_query is not None:
+            await self._on_callback(update.callback_query)
+            return None
+        message = update.message
+        if message is None:
+            kind = "edited message" if update.edited_message is not None else "update"
+            log.debug("telegram: %s %d ignored", kind, update.update_id)
+            metrics.labels("telegram", "ignored").inc()
+            return None
+        try:
+            result = convert.to_inbound(update.update_id, message, self.rules)
+        except Exception:
+            log.exception("telegram: update %d could not be read; dropped", update.update_id)
+            metrics.labels("telegram", "ignored").inc()
+            return None
+        if isinstance(result, convert.Ignored):
+            log.info("telegram: update %d %s: %s", update.update_id, result.outcome, result.reason)
+            metrics.labels("telegram", result.outcome).inc()
+            return None
+        submitted = await self.ctx.gateway.submit(result)
+        return submitted.status
+
+    async def _on_callback(self, query: CallbackQuery) -> None:
+        assert self.rules is not None
+        user = query.from_user
+        message = query.message
+        chat = message.chat if message is not None else None
+        text, alert = "", False
+        try:
+            if not self.rules.user_allowed(
+                user, chat.id if chat else None, getattr(chat, "username", None)
+            ):
+                self.ctx.metrics.messages.labels("telegram", "denied").inc()
+                text, alert = "You are not allowed to use this bot.", True
+            elif query.data:
+                result = await self.ctx.gateway.press(
+                    query.data, str(user.id), is_operator=str(user.id) in self.rules.operators
+                )
+                text = result.text
+                alert = result.status in (PressStatus.NOT_YOURS, PressStatus.EXPIRED)
+                if isinstance(message, Message):
+                    await self._settle(message, result.status, result.resolved)
+        except Exception:
+            log.exception("telegram: callback query %s failed", query.id)
+            text, alert = "Something went wrong; please try again.", True
+        finally:
+            try:  # every callback query is answered, or the button spins
+                await self.bot.answer_callback_query(
+                    query.id, text=text[:MAX_TOAST] or None, show_alert=alert
+                )
+            except TelegramError as exc:
+                log.info("telegram: answerCallbackQuery failed: %s", exc)
+
+    async def _settle(self, message: Message, status: PressStatus, resolved: Any) -> None:
+        try:
+            if status is PressStatus.OK and resolved is not None:
+                await self.surface.edit_message(message.chat.id, message.message_id, resolved)
+            elif status is PressStatus.EXPIRED:
+                await self.surface.remove_keyboard(message.chat.id, message.message_id)
+        except DeliveryError as exc:
+            log.info("telegram: could not update the prompt message: %s", exc)
+
+    # -- polling ------------------------------------------------------------------------------
+
+    async def _poll(self) -> None:
+        try:
+            await self._poll_loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._error = f"telegram polling failed: {exc}"
+            log.exception("telegram: polling stopped")
+
+    async def _poll_loop(self) -> None:
+        key = self._kv("offset")
+        raw = await self.ctx.store.get_kv(key)
+        offset = int(raw) if raw else None
+        backoff = 1.0
+        while not self._stopping:
+            try:
+                updates = await self.bot.get_updates(
+                    offset=offset,
+                    timeout=self.settings.poll_timeout_s,
+                    allowed_updates=ALLOWED_UPDATES,
+                )
+            except InvalidToken as exc:
+                self._error = f"telegram.token was refused: {exc}"
+                log.error("telegram: %s; polling stops", self._error)
+                return
+            except RetryAfter as exc:
+                await asyncio.sleep(retry_seconds(exc))
+                continue
+            except (TelegramError, OSError) as exc:
+                self._error = f"getUpdates failed: {exc}"
+                log.warning("telegram: %s (again in %.0fs)", self._error, backoff)
+                await asyncio.sleep(backoff)  # backoff, not synchronisation
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            self._error = None
+            backoff = 1.0
+            for update in updates:
+                try:
+                    status = await self.process(update)
+                except Exception:
+                    log.exception(
+                        "telegram: update %d not persisted; fetched again", update.update_id
+                    )
+                    await asyncio.sleep(backoff)
+                    break
+                if status is SubmitStatus.REFUSED:
+                    return  # shutting down: the offset stays, Telegram keeps the update
+                offset = update.update_id + 1
+                await self.ctx.store.set_kv(key, str(offset))  # only after the write

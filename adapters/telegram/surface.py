@@ -1,0 +1,341 @@
+"""The Telegram surface: the core's replies as Bot API calls, within Telegram's limits.
+
+Flood control: at most about one message a second per chat (a lock and a timestamp per
+chat), ``RetryAfter`` honoured (the core retries after it), and after a 429 a bot-wide
+cooldown during which progress edits and typing are dropped; answers are never dropped,
+they are retried once the cooldown is over. A reply in several parts remembers the parts
+already sent, so a retry never sends one twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dtm
+import logging
+import time
+import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from telegram import (
+    Bot,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    InputFile,
+    LinkPreviewOptions,
+    ReplyParameters,
+)
+from telegram.constants import ChatAction
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
+from telegram.warnings import PTBDeprecationWarning
+
+from bridge.model import Attachment, Choice, Outgoing, ReplyKind, ReplyTarget
+from bridge.ports import Capabilities, DeliveryError
+
+from . import convert
+
+log = logging.getLogger(__name__)
+
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
+MAX_PHOTO_BYTES = 10 * 1024 * 1024  # larger images go as documents
+MAX_CALLBACK_DATA = 64  # bytes
+MAX_PARTIAL = 1000  # replies whose parts are remembered across retries
+PHOTO_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
+
+
+def retry_seconds(exc: RetryAfter) -> float:
+    with warnings.catch_warnings():  # PTB 22 warns that the type becomes timedelta
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value: Any = exc.retry_after
+    if isinstance(value, dtm.timedelta):
+        return max(value.total_seconds(), 0.0)
+    return max(float(value), 0.0)
+
+
+def _entity_error(exc: BadRequest) -> bool:
+    text = str(exc).lower()
+    return "parse entities" in text or "find end of the entity" in text or "entity" in text
+
+
+def keyboard(choices: tuple[Choice, ...]) -> InlineKeyboardMarkup | None:
+    if not choices:
+        return None
+    buttons = []
+    for c in choices:
+        data = c.token.encode()
+        assert len(data) <= MAX_CALLBACK_DATA, f"callback_data over 64 bytes: {c.token!r}"
+        buttons.append(InlineKeyboardButton(c.label, callback_data=c.token))
+    rows = [buttons[i : i + 2] for i in range(0, len(buttons), 2)]
+    return InlineKeyboardMarkup(rows)
+
+
+def parse_ref(ref: str) -> tuple[int, int]:
+    chat, _, message = ref.rpartition(":")
+    return int(chat), int(message)
+
+
+class TelegramSurface:
+    name = "telegram"
+    # Parts are converted to entities after the core's split: leave headroom under 4096.
+    capabilities = Capabilities(
+        edit=True, buttons=True, upload=True, typing=True, max_length=3500, edit_interval_s=2.0
+    )
+
+    def __init__(self, bot: Bot, *, min_interval_s: float = 1.0) -> None:
+        self.bot = bot
+        self.min_interval_s = min_interval_s
+        self.cooldown_until = 0.0  # monotonic: the bot-wide pause after a 429
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._last_sent: dict[int, float] = {}
+        self._partial: dict[str, dict[int, int]] = {}  # reply key -> part -> message id
+
+    # -- flood control ------------------------------------------------------------------------
+
+    def cooling_down(self) -> float:
+        return max(self.cooldown_until - time.monotonic(), 0.0)
+
+    def _check_cooldown(self) -> None:
+        left = self.cooling_down()
+        if left > 0:
+            raise DeliveryError(
+                f"Telegram flood control: waiting {left:.1f}s more", retry_after=left
+            )
+
+    @asynccontextmanager
+    async def _paced(self, chat: int) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(chat, asyncio.Lock())
+        async with lock:
+            wait = self._last_sent.get(chat, 0.0) + self.min_interval_s - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)  # rate limiting, not synchronisation
+            try:
+                yield
+            finally:
+                self._last_sent[chat] = time.monotonic()
+                if len(self._last_sent) > 5000:
+                    self._prune()
+
+    def _prune(self) -> None:
+        old = time.monotonic() - 60
+        for chat in [c for c, t in self._last_sent.items() if t < old]:
+            lock = self._locks.get(chat)
+            if lock is None or not lock.locked():
+                self._last_sent.pop(chat, None)
+                self._locks.pop(chat, None)
+
+    def _map(self, exc: TelegramError) -> DeliveryError:
+        if isinstance(exc, RetryAfter):
+            seconds = retry_seconds(exc)
+            self.cooldown_until = max(self.cooldown_until, time.monotonic() + seconds)
+            return DeliveryError(
+                f"Telegram flood control: retry in {seconds:g}s", retry_after=seconds
+            )
+        if isinstance(exc, Forbidden | InvalidToken | ChatMigrated | BadRequest):
+            return DeliveryError(f"Telegram refused: {exc}", permanent=True)
+        if isinstance(exc, NetworkError):
+            return DeliveryError(f"Telegram unreachable: {exc}")
+        return DeliveryError(f"Telegram error: {exc}")
+
+    # -- where ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _where(target: ReplyTarget) -> tuple[int, int | None]:
+        ctx = target.context
+        chat = ctx.get("chat_id")
+        if chat is None:  # telegram:<chat>[:<topic>]
+            pieces = target.thread_key.split(":")
+            chat = pieces[1]
+            thread = int(pieces[2]) if len(pieces) > 2 else None
+            return int(chat), thread
+        thread = ctx.get("thread_id")
+        return int(chat), int(thread) if thread is not None else None
+
+    # -- the surface ---------------------------------------------------------------------------
+
+    async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
+        chat, thread = self._where(target)
+        self._check_cooldown()
+        parts = convert.render(message.text)
+        markup = keyboard(message.choices)
+        reply_to = target.context.get("message_id")
+        quote = bool(target.context.get("shared")) and message.kind in (
+            ReplyKind.ANSWER,
+            ReplyKind.ERROR,
+        )
+        done = self._partial.setdefault(reply_key, {})
+        last_id = 0
+        for i, part in enumerate(parts):
+            if i in done:
+                last_id = done[i]
+                continue
+            plain = (
+                message.text
+                if len(parts) == 1 and convert.utf16_len(message.text) <= convert.MAX_MESSAGE
+                else part.text
+            )
+            async with self._paced(chat):
+                self._check_cooldown()
+                last_id = await self._send_text(
+                    chat,
+                    thread,
+                    part,
+                    plain,
+                    markup=markup if i == len(parts) - 1 else None,
+                    reply_to=reply_to if quote and i == 0 and isinstance(reply_to, int) else None,
+                )
+            done[i] = last_id
+        self._partial.pop(reply_key, None)
+        while len(self._partial) > MAX_PARTIAL:
+            self._partial.pop(next(iter(self._partial)))
+        return f"{chat}:{last_id}"
+
+    async def _send_text(
+        self,
+        chat: int,
+        thread: int | None,
+        part: convert.Part,
+        plain: str,
+        *,
+        markup: InlineKeyboardMarkup | None,
+        reply_to: int | None,
+    ) -> int:
+        kwargs: dict[str, Any] = {
+            "chat_id": chat,
+            "message_thread_id": thread,
+            "reply_markup": markup,
+            "link_preview_options": LinkPreviewOptions(is_disabled=True),
+        }
+        if reply_to is not None:
+            kwargs["reply_parameters"] = ReplyParameters(
+                message_id=reply_to, allow_sending_without_reply=True
+            )
+        try:
+            sent = await self.bot.send_message(
+                text=part.text, entities=list(part.entities) or None, **kwargs
+            )
+        except BadRequest as exc:
+            if not (part.entities and _entity_error(exc)):
+                raise self._map(exc) from exc
+            log.warning("Telegram refused the formatting (%s); resending as plain text", exc)
+            try:
+                sent = await self.bot.send_message(text=plain, **kwargs)
+            except TelegramError as exc2:
+                raise self._map(exc2) from exc2
+        except TelegramError as exc:
+            raise self._map(exc) from exc
+        return sent.message_id
+
+    async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
+        if self.cooling_down() > 0:
+            return  # progress is dropped during the bot-wide cooldown
+        chat, message_id = parse_ref(ref)
+        await self.edit_message(chat, message_id, message)
+
+    async def edit_message(self, chat: int, message_id: int, message: Outgoing) -> None:
+        part = convert.first_part(message.text)
+        markup = keyboard(message.choices)
+        async with self._paced(chat):
+            if self.cooling_down() > 0:
+                return
+            try:
+                await self.bot.edit_message_text(
+                    text=part.text,
+                    chat_id=chat,
+                    message_id=message_id,
+                    entities=list(part.entities) or None,
+                    reply_markup=markup,
+                    link_preview_options=LinkPreviewOptions(is_disabled=True),
+                )
+            except BadRequest as exc:
+                if "not modified" in str(exc).lower():
+                    return
+                if not (part.entities and _entity_error(exc)):
+                    raise self._map(exc) from exc
+                try:
+                    await self.bot.edit_message_text(
+                        text=part.text, chat_id=chat, message_id=message_id, reply_markup=markup
+                    )
+                except TelegramError as exc2:
+                    raise self._map(exc2) from exc2
+            except TelegramError as exc:
+                raise self._map(exc) from exc
+
+    async def remove_keyboard(self, chat: int, message_id: int) -> None:
+        try:
+            await self.bot.edit_message_reply_markup(
+                chat_id=chat, message_id=message_id, reply_markup=None
+            )
+        except TelegramError as exc:
+            if not isinstance(exc, BadRequest):
+                raise self._map(exc) from exc
+
+    async def upload(
+        self,
+        target: ReplyTarget,
+        name: str,
+        data: bytes,
+        media_type: str | None,
+        *,
+        reply_key: str,
+    ) -> str:
+        chat, thread = self._where(target)
+        self._check_cooldown()
+        async with self._paced(chat):
+            self._check_cooldown()
+            try:
+                if media_type in PHOTO_TYPES and len(data) <= MAX_PHOTO_BYTES:
+                    try:
+                        sent = await self.bot.send_photo(
+                            chat_id=chat,
+                            photo=InputFile(data, filename=name),
+                            message_thread_id=thread,
+                        )
+                        return f"{chat}:{sent.message_id}"
+                    except BadRequest as exc:  # e.g. dimensions Telegram won't show
+                        log.info("%s not accepted as a photo (%s); sending a document", name, exc)
+                sent = await self.bot.send_document(
+                    chat_id=chat,
+                    document=InputFile(data, filename=name),
+                    message_thread_id=thread,
+                )
+            except TelegramError as exc:
+                raise self._map(exc) from exc
+        return f"{chat}:{sent.message_id}"
+
+    async def typing(self, target: ReplyTarget) -> None:
+        if self.cooling_down() > 0:
+            return
+        chat, thread = self._where(target)
+        try:
+            await self.bot.send_chat_action(
+                chat_id=chat, action=ChatAction.TYPING, message_thread_id=thread
+            )
+        except TelegramError as exc:
+            raise self._map(exc) from exc
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        limit = min(max_bytes, MAX_DOWNLOAD_BYTES)
+        too_big = f"the file {attachment.name} is over the {limit:,}-byte limit"
+        if attachment.size is not None and attachment.size > limit:
+            raise DeliveryError(too_big, permanent=True)
+        if not attachment.platform_id:
+            raise DeliveryError(f"the file {attachment.name} has no Telegram id", permanent=True)
+        try:
+            file = await self.bot.get_file(attachment.platform_id)
+            if file.file_size is not None and file.file_size > limit:
+                raise DeliveryError(too_big, permanent=True)
+            data = await file.download_as_bytearray()
+        except TelegramError as exc:
+            raise self._map(exc) from exc
+        if len(data) > limit:
+            raise DeliveryError(too_big, permanent=True)
+        return bytes(data)

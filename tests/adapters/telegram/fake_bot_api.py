@@ -1,0 +1,267 @@
+"""A fake Telegram Bot API (aiohttp on 127.0.0.1, port 0) the real PTB client talks to.
+
+Serves ``POST /bot<TOKEN>/<method>`` and ``GET /file/bot<TOKEN>/<path>``, records every
+call (with its HTTP status) and can be told to answer a call with a 429 ``retry_after`` or
+a 400 "can't parse entities". ``getUpdates`` releases queued updates (long polling, with
+a bounded wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+JSON_FIELDS = {
+    "entities",
+    "caption_entities",
+    "reply_markup",
+    "reply_parameters",
+    "link_preview_options",
+    "allowed_updates",
+    "commands",
+    "chat_id",
+    "message_id",
+    "message_thread_id",
+    "offset",
+    "timeout",
+    "limit",
+    "show_alert",
+    "drop_pending_updates",
+}
+
+
+@dataclass
+class Call:
+    method: str
+    params: dict[str, Any]
+    status: int
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Failure:
+    method: str
+    status: int
+    body: dict[str, Any]
+    when: Callable[[dict[str, Any]], bool]
+
+
+class FakeBotApi:
+    def __init__(
+        self, token: str, *, bot_id: int = 999999999, username: str = "jazz_example_bot"
+    ) -> None:
+        self.token = token
+        self.bot_id = bot_id
+        self.username = username
+        self.calls: list[Call] = []
+        self.failures: list[Failure] = []
+        self.updates: list[dict[str, Any]] = []
+        self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, data)
+        self._new_updates = asyncio.Event()
+        self._ids = itertools.count(5000)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # -- control ------------------------------------------------------------------------------
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/bot"
+
+    def fail_next(
+        self,
+        method: str,
+        kind: str,
+        when: Callable[[dict[str, Any]], bool] = lambda _p: True,
+    ) -> None:
+        if kind == "429":
+            body = {
+                "ok": False,
+                "error_code": 429,
+                "description": "Too Many Requests: retry after 1",
+                "parameters": {"retry_after": 1},
+            }
+            self.failures.append(Failure(method, 429, body, when))
+        elif kind == "entities":
+            body = {
+                "ok": False,
+                "error_code": 400,
+                "description": "Bad Request: can't parse entities: unsupported start tag",
+            }
+            self.failures.append(Failure(method, 400, body, when))
+        else:
+            raise ValueError(kind)
+
+    def queue_update(self, update: dict[str, Any]) -> None:
+        self.updates.append(update)
+        self._new_updates.set()
+
+    def add_file(self, file_id: str, file_path: str, data: bytes) -> None:
+        self.files[file_id] = (file_path, data)
+
+    def called(self, method: str, ok: bool = True) -> list[Call]:
+        return [c for c in self.calls if c.method == method and (c.status == 200) == ok]
+
+    # -- server -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/{bot}/{method}", self._method)
+        app.router.add_get("/file/{bot}/{path:.*}", self._file)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _params(self, request: web.Request) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if request.content_type == "application/json":
+            body = await request.json()
+            return dict(body) if isinstance(body, dict) else {}
+        form = await request.post()
+        for key, value in form.items():
+            if isinstance(value, web.FileField):
+                params[key] = {"filename": value.filename, "size": len(value.file.read())}
+            elif key in JSON_FIELDS:
+                try:
+                    params[key] = json.loads(value)
+                except ValueError:
+                    params[key] = value
+            else:
+                params[key] = value
+        return params
+
+    async def _method(self, request: web.Request) -> web.Response:
+        if request.match_info["bot"] != f"bot{self.token}":
+            return web.json_response(
+                {"ok": False, "error_code": 401, "description": "Unauthorized"}, status=401
+            )
+        method = request.match_info["method"]
+        params = await self._params(request)
+        for failure in self.failures:
+            if failure.method == method and failure.when(params):
+                self.failures.remove(failure)
+                self.calls.append(Call(method, params, failure.status))
+                return web.json_response(failure.body, status=failure.status)
+        if method == "getUpdates":
+            result: Any = await self._get_updates(params)
+        else:
+            handler = getattr(self, f"_m_{method}", None)
+            if handler is None:
+                self.calls.append(Call(method, params, 404))
+                return web.json_response(
+                    {"ok": False, "error_code": 404, "description": "Not Found"}, status=404
+                )
+            result = handler(params)
+        self.calls.append(Call(method, params, 200))
+        return web.json_response({"ok": True, "result": result})
+
+    async def _file(self, request: web.Request) -> web.Response:
+        if request.match_info["bot"] != f"bot{self.token}":
+            return web.Response(status=401)
+        path = request.match_info["path"]
+        for file_path, data in self.files.values():
+            if file_path == path:
+                return web.Response(body=data)
+        return web.Response(status=404)
+
+    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        offset = int(params.get("offset") or 0)
+        self.updates = [u for u in self.updates if u["update_id"] >= offset]
+        if not self.updates:
+            self._new_updates.clear()
+            wait = min(float(params.get("timeout") or 0), 1.0)
+            try:
+                await asyncio.wait_for(self._new_updates.wait(), timeout=wait)
+            except TimeoutError:
+                return []
+        return [u for u in self.updates if u["update_id"] >= offset]
+
+    # -- methods ------------------------------------------------------------------------------
+
+    def _message(self, params: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        chat_id = int(params["chat_id"])
+        msg: dict[str, Any] = {
+            "message_id": next(self._ids),
+            "date": int(time.time()),
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+            "from": {"id": self.bot_id, "is_bot": True, "first_name": "Jazz"},
+        }
+        if params.get("message_thread_id") is not None:
+            msg["message_thread_id"] = int(params["message_thread_id"])
+        msg.update(extra)
+        return msg
+
+    def _m_getMe(self, _params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": "Jazz",
+            "username": self.username,
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+        }
+
+    def _m_setWebhook(self, _params: dict[str, Any]) -> bool:
+        return True
+
+    def _m_deleteWebhook(self, _params: dict[str, Any]) -> bool:
+        return True
+
+    def _m_setMyCommands(self, _params: dict[str, Any]) -> bool:
+        return True
+
+    def _m_getMyCommands(self, _params: dict[str, Any]) -> list[dict[str, Any]]:
+        return []
+
+    def _m_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        return self._message(params, text=params.get("text", ""))
+
+    def _m_editMessageText(self, params: dict[str, Any]) -> dict[str, Any]:
+        msg = self._message(params, text=params.get("text", ""))
+        msg["message_id"] = int(params["message_id"])
+        return msg
+
+    def _m_editMessageReplyMarkup(self, params: dict[str, Any]) -> dict[str, Any]:
+        msg = self._message(params, text="")
+        msg["message_id"] = int(params["message_id"])
+        return msg
+
+    def _m_answerCallbackQuery(self, _params: dict[str, Any]) -> bool:
+        return True
+
+    def _m_sendChatAction(self, _params: dict[str, Any]) -> bool:
+        return True
+
+    def _m_sendDocument(self, params: dict[str, Any]) -> dict[str, Any]:
+        doc = {"file_id": f"doc{next(self._ids)}", "file_unique_id": "u"}
+        return self._message(params, document=doc)
+
+    def _m_sendPhoto(self, params: dict[str, Any]) -> dict[str, Any]:
+        photo = [
+            {"file_id": f"ph{next(self._ids)}", "file_unique_id": "u", "width": 8, "height": 8}
+        ]
+        return self._message(params, photo=photo)
+
+    def _m_getFile(self, params: dict[str, Any]) -> dict[str, Any]:
+        file_id = str(params["file_id"])
+        path, data = self.files[file_id]
+        return {
+            "file_id": file_id,
+            "file_unique_id": "u" + file_id[-6:],
+            "file_size": len(data),
+            "file_path": path,
+        }
