@@ -1,0 +1,333 @@
+"""The Slack adapter: bolt's ``AsyncApp`` on the gateway's aiohttp server, or Socket Mode.
+
+Intake: bolt verifies the signature (5-minute window) and answers ``url_verification``;
+the event listener only converts the event to an :class:`~bridge.model.Inbound` and awaits
+``gateway.submit`` (``process_before_response=True``), so Slack's 2xx comes after the inbox
+write, and a refusal (the gateway is stopping) answers 503 so Slack delivers again. The
+dedupe key is the envelope's ``event_id``: a redelivery is acked and never runs twice.
+Button presses are acked at once and handled by a lazy listener.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bridge.errors import AdapterError
+from bridge.model import Attachment, Inbound
+from bridge.ports import AdapterContext, PressStatus, SubmitStatus
+
+from .spec import SlackSettings
+from .surface import SlackSurface, blocks_for
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "slack"
+EVENTS_PATH = "/slack/events"
+SIGNATURE_WINDOW_S = 60 * 5
+PERSON_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
+THREAD_COMMANDS = re.compile(r"^\s*!(new|status|stop|help)\b", re.IGNORECASE)
+SLASH_HELP = (
+    "Mention me in a channel to start a conversation in a thread; in the thread write "
+    "`!new`, `!status`, `!stop` or `!help` (Slack has no slash commands in threads)."
+)
+
+
+def _text(raw: str, bot_user_id: str | None) -> str:
+    """The prompt: the bot's mention removed, Slack's three escapes undone."""
+    if bot_user_id:
+        raw = re.sub(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>", "", raw)
+    text = _unescape(raw).strip()
+    match = THREAD_COMMANDS.match(text)
+    if match:  # Slack keeps slash commands out of threads: "!new" means the core's "/new"
+        text = "/" + text.lstrip()[1:]
+    return text
+
+
+def _unescape(raw: str) -> str:
+    return raw.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def _attachments(event: dict[str, Any]) -> tuple[Attachment, ...]:
+    found = []
+    for f in event.get("files") or []:
+        if not isinstance(f, dict):
+            continue
+        url = f.get("url_private_download") or f.get("url_private")
+        if not url:  # tombstoned, hidden by the plan's limit, or still processing
+            continue
+        size = f.get("size")
+        found.append(
+            Attachment(
+                name=str(f.get("name") or f.get("title") or f.get("id") or "file"),
+                url=str(url),
+                size=int(size) if isinstance(size, int) else None,
+                media_type=f.get("mimetype") or None,
+                platform_id=f.get("id"),
+            )
+        )
+    return tuple(found)
+
+
+class SlackAdapter:
+    name = PLATFORM
+
+    def __init__(self, ctx: AdapterContext) -> None:
+        self.ctx = ctx
+        self.settings: SlackSettings = ctx.settings
+        s = self.settings
+        token = s.bot_token.get_secret_value() if s.bot_token else ""
+        self.client = AsyncWebClient(token=token, base_url=s.api_url)
+        self.surface = SlackSurface(
+            self.client, token, api_url=s.api_url, max_file_bytes=s.max_file_bytes
+        )
+        self._operators = set(s.operators)
+        self._teams = set(s.allowed_teams)
+        self._channels = set(s.allowed_channels)
+        self._users = set(s.allowed_users)
+        self._app: AsyncApp | None = None
+        self._socket: Any = None  # AsyncSocketModeHandler, imported only in socket mode
+        self._bot_user_id: str | None = None
+        self._down: str | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def initialize(self) -> None:
+        s = self.settings
+        if s.mode == "http" and s.signing_secret is None:
+            raise AdapterError(
+                "slack.signing_secret is required in HTTP mode (JAZZ_BRIDGE_SLACK__SIGNING_SECRET"
+                '; the app\'s Basic Information page), or set slack.mode = "socket"'
+            )
+        if s.mode == "socket" and s.app_token is None:
+            raise AdapterError(
+                "slack.app_token (an xapp- token with connections:write) is required in socket "
+                "mode (JAZZ_BRIDGE_SLACK__APP_TOKEN)"
+            )
+        if not (s.allow_everyone or self._teams or self._channels or self._users):
+            raise AdapterError(
+                "slack has no allowlist: set slack.allowed_teams, slack.allowed_channels or "
+                "slack.allowed_users (e.g. JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS='[\"T0123\"]'), or "
+                "slack.allow_everyone = true"
+            )
+        secret = s.signing_secret.get_secret_value() if s.signing_secret else ""
+        app = AsyncApp(
+            client=self.client,  # carries the bot token and api_url
+            signing_secret=secret,
+            process_before_response=True,  # the 2xx only after the inbox write
+            request_verification_enabled=True,
+            raise_error_for_unhandled_request=False,
+            logger=logging.getLogger("adapters.slack.bolt"),
+        )
+        app.event(re.compile(r".*"))(self._on_event)
+        app.action(re.compile(r".*"))(ack=self._ack, lazy=[self._on_action])
+        app.command("/jazz")(self._on_command)
+        self._app = app
+
+    async def start(self) -> None:
+        try:
+            auth = await self.client.auth_test()
+            self._bot_user_id = auth.get("user_id")
+        except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("slack auth.test failed (replies may fail too): %s", exc)
+        if self.settings.mode == "socket":
+            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+            assert self._app is not None and self.settings.app_token is not None
+            self._socket = AsyncSocketModeHandler(
+                self._app, self.settings.app_token.get_secret_value(), web_client=self.client
+            )
+            try:
+                await self._socket.connect_async()
+            except Exception as exc:
+                self._down = f"socket mode: {exc}"
+                raise AdapterError(f"slack socket mode could not connect: {exc}") from exc
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            try:
+                await self._socket.close_async()
+            finally:
+                self._socket = None
+                self._down = "socket mode closed"
+
+    async def shutdown(self) -> None:
+        await self.surface.close()
+
+    def health(self) -> str | None:
+        return self._down
+
+    # -- HTTP ---------------------------------------------------------------------------------
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post(EVENTS_PATH, self.events)
+
+    async def events(self, request: web.Request) -> web.Response:
+        if self._app is None:
+            return web.Response(status=503, text="not started")
+        bolt_request = await to_bolt_request(request)
+        bolt_response = await self._app.async_dispatch(bolt_request)
+        if bolt_response.status == 401:
+            self.ctx.metrics.auth_failures.labels(PLATFORM, self._failure(request)).inc()
+        return await to_aiohttp_response(bolt_response)
+
+    @staticmethod
+    def _failure(request: web.Request) -> str:
+        raw = request.headers.get("X-Slack-Request-Timestamp", "")
+        try:
+            stale = abs(time.time() - int(raw)) > SIGNATURE_WINDOW_S
+        except ValueError:
+            return "missing"
+        return "stale" if stale else "signature"
+
+    # -- intake -------------------------------------------------------------------------------
+
+    def _allowed(self, team: str, channel: str, user: str) -> bool:
+        if self.settings.allow_everyone:
+            return True
+        return (
+            (not self._teams or team in self._teams)
+            and (not self._channels or channel in self._channels)
+            and (not self._users or user in self._users)
+        )
+
+    def _count(self, outcome: str) -> None:
+        self.ctx.metrics.messages.labels(PLATFORM, outcome).inc()
+
+    def _bot_id(self, body: dict[str, Any], context: Any) -> str | None:
+        found = getattr(context, "bot_user_id", None) or self._bot_user_id
+        if found:
+            return str(found)
+        for auth in body.get("authorizations") or []:
+            if isinstance(auth, dict) and auth.get("is_bot") and auth.get("user_id"):
+                return str(auth["user_id"])
+        return None
+
+    async def _on_event(self, body: dict[str, Any], context: Any) -> BoltResponse | None:
+        inbound = await self._convert(body, self._bot_id(body, context))
+        if inbound is None:
+            return None
+        result = await self.ctx.gateway.submit(inbound)
+        if result.status is SubmitStatus.REFUSED:
+            return BoltResponse(status=503, body="the gateway is shutting down; retry")
+        return None
+
+    async def _convert(self, body: dict[str, Any], bot: str | None) -> Inbound | None:
+        event = body.get("event") or {}
+        kind, subtype = event.get("type"), event.get("subtype")
+        user, channel = event.get("user"), event.get("channel")
+        if kind not in ("app_mention", "message"):
+            return self._ignore(f"event {kind}")
+        if event.get("bot_id") or subtype == "bot_message" or (bot and user == bot):
+            return self._ignore("a bot's message")
+        if subtype is not None and subtype not in PERSON_SUBTYPES:
+            return self._ignore(f"message subtype {subtype}")
+        if not isinstance(user, str) or not isinstance(channel, str) or not event.get("ts"):
+            return self._ignore("no user, channel or ts")
+        team = str(body.get("team_id") or event.get("team") or "")
+        ts, thread_ts = str(event["ts"]), event.get("thread_ts")
+        raw_text = str(event.get("text") or "")
+        is_dm = event.get("channel_type") == "im"
+        if is_dm:  # one conversation per DM; a thread in a DM is its own
+            key = f"slack:{team}:{channel}" + (f":{thread_ts}" if thread_ts else "")
+            reply_ts = thread_ts
+        elif kind == "app_mention":
+            reply_ts = thread_ts or ts
+            key = f"slack:{team}:{channel}:{reply_ts}"
+        else:  # a plain channel message: only in a thread the bot is part of
+            if bot and f"<@{bot}" in raw_text:
+                return self._ignore("mentions the bot (its app_mention event carries it)")
+            if not thread_ts:
+                return self._ignore("top-level channel message without a mention")
+            key = f"slack:{team}:{channel}:{thread_ts}"
+            reply_ts = thread_ts
+            if await self.ctx.store.conversation_by_key(key) is None:
+                return self._ignore("a thread the bot is not part of")
+        if not self._allowed(team, channel, user):
+            log.info("slack: ignored %s from %s in %s/%s (not allowed)", kind, user, team, channel)
+            self._count("denied")
+            return None
+        attachments = _attachments(event)
+        text = _text(raw_text, bot)
+        if not text and not attachments:
+            text = "/help"
+        event_id = str(body.get("event_id") or f"{channel}:{ts}")
+        return Inbound(
+            platform=PLATFORM,
+            event_id=event_id,
+            thread_key=key,
+            sender_id=user,
+            sender_name=f"<@{user}>",
+            text=text,
+            attachments=attachments,
+            shared_chat=not is_dm,
+            is_operator=user in self._operators,
+            target={"team": team, "channel": channel, "thread_ts": reply_ts},
+        )
+
+    def _ignore(self, why: str) -> Inbound | None:
+        log.debug("slack: ignored event (%s)", why)
+        self._count("ignored")
+        return None
+
+    # -- interactivity ------------------------------------------------------------------------
+
+    async def _ack(self, ack: Any) -> None:
+        await ack()
+
+    async def _on_action(self, body: dict[str, Any]) -> None:
+        try:
+            await self._press(body)
+        except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("slack: could not answer a button press: %s", exc)
+        except Exception:
+            log.exception("slack: a button press failed")
+
+    async def _press(self, body: dict[str, Any]) -> None:
+        user = str((body.get("user") or {}).get("id") or "")
+        actions = body.get("actions") or []
+        value = actions[0].get("value") if actions and isinstance(actions[0], dict) else None
+        container = body.get("container") or {}
+        message = body.get("message") or {}
+        channel = str(container.get("channel_id") or (body.get("channel") or {}).get("id") or "")
+        message_ts = container.get("message_ts") or message.get("ts")
+        thread_ts = container.get("thread_ts") or message.get("thread_ts")
+        team = str((body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id"))
+        if not user or not channel or not isinstance(value, str) or not value:
+            log.info("slack: ignored a block action without user, channel or value")
+            return
+        if not self._allowed(team, channel, user):
+            log.info("slack: ignored a press by %s in %s (not allowed)", user, channel)
+            self._count("denied")
+            return
+        result = await self.ctx.gateway.press(value, user, is_operator=user in self._operators)
+        if result.status is PressStatus.OK and result.resolved is not None and message_ts:
+            await self.client.chat_update(
+                channel=channel,
+                ts=str(message_ts),
+                text=result.resolved.text,
+                blocks=blocks_for(result.resolved),
+            )
+            return
+        if result.status is PressStatus.OK and not result.text:
+            return
+        kwargs: dict[str, Any] = {"channel": channel, "user": user, "text": result.text}
+        if thread_ts:
+            kwargs["thread_ts"] = str(thread_ts)
+        try:
+            await self.client.chat_postEphemeral(**kwargs)
+        except SlackApiError as exc:
+            log.info("slack: ephemeral reply to %s failed: %s", user, exc)
+
+    async def _on_command(self, ack: Any) -> None:
+        await ack(SLASH_HELP)
