@@ -84,6 +84,16 @@ class LogSettings(Section):
     backups: int = Field(default=3, ge=0)
 
 
+class OpsSettings(Section):
+    token: SecretStr | None = None  # the operator web view at /ops is off without it
+
+
+class RetentionSettings(Section):
+    records_days: float = Field(default=90.0, gt=0)
+    sweep_every_s: float = Field(default=3600.0, gt=0)
+    archive_idle_days: float | None = Field(default=None, gt=0)
+
+
 class CoreSettings(BaseSettings):
     """Keys the core owns. Adapter sections are added by :func:`settings_class`."""
 
@@ -104,6 +114,8 @@ class CoreSettings(BaseSettings):
     progress: ProgressSettings = ProgressSettings()
     accounts: AccountsSettings = AccountsSettings()
     log: LogSettings = LogSettings()
+    ops: OpsSettings = OpsSettings()
+    retention: RetentionSettings = RetentionSettings()
 
     _toml_file: Path | None = None
 
