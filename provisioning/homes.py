@@ -17,7 +17,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import naming, pinned
+from . import archive, naming, pinned
 from .accounts import Account, AccountRegistry, current_account
 from .errors import UnsafePathError
 from .layout import RootInfo
@@ -94,7 +94,11 @@ class Homes:
             operator_gid=self.root.operator_gid,
             isolated=self.isolated,
         )
-        self._build(home)
+        # An archived home comes back before anything is built (archive.py); building holds
+        # the archive lock shared, so a home is never packed away half-built.
+        archive.restore_if_archived(self.root, name)
+        with archive.home_lock(self.root, exclusive=False):
+            self._build(home)
         return home
 
     def _build(self, home: Home) -> None:

@@ -1,0 +1,413 @@
+"""Packing an idle home into ``<root>/archive/`` and bringing it back, owners and modes intact.
+
+Homes of conversations nobody has written to in months only take space. Archiving packs
+one into ``<root>/archive/<home>.tar.gz`` (``gateway:O`` ``0640`` in a ``2750`` directory)
+with numeric owners and exact modes (setgid included), then removes the directory; the
+account and its uid map entry stay, so a restore gives the files back to the same uid.
+
+Both directions treat the home as hostile ground: the walk that packs it works on
+directory descriptors opened with ``O_NOFOLLOW`` and never follows a link (a link is
+stored as a link); unpacking refuses members that would land outside the home (absolute
+names, ``..``, links pointing out, devices, FIFOs, hard links) and extracts into a private
+staging directory that is renamed into place only when complete. The tarball is written
+to a temp file, flushed and renamed, so a crash leaves the home or a whole archive.
+
+One lock file (``archive/.lock``) keeps an archive from racing a restore or a home being
+built: archiving and restoring hold it exclusively, :meth:`Homes.ensure` holds it shared.
+This module knows nothing about chat; whether a home is busy is the caller's question.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gzip
+import logging
+import os
+import posixpath
+import shutil
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from . import pinned
+from .errors import ProvisioningError
+from .layout import ARCHIVE_DIR, Layout, RootInfo
+from .modes import ARCHIVE_DIR_MODE, STATE_FILE_MODE
+from .safefs import fsync_dir
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".tar.gz"
+LOCK_NAME = ".lock"
+COPY_CHUNK = 1024 * 1024
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class ArchiveError(ProvisioningError):
+    """A home cannot be archived or restored as things stand; the message says why."""
+
+
+@dataclass(frozen=True)
+class ArchiveResult:
+    home: str
+    tarball: Path
+    size_bytes: int
+    members: int
+    skipped: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "home": self.home,
+            "tarball": str(self.tarball),
+            "sizeBytes": self.size_bytes,
+            "members": self.members,
+            "skipped": list(self.skipped),
+        }
+
+
+def tarball_path(layout: Layout, name: str) -> Path:
+    layout.home(name)  # refuses a name that is not a plain home directory name
+    return layout.archive / f"{name}{SUFFIX}"
+
+
+def is_archived(layout: Layout, name: str) -> bool:
+    """True when the home is packed away (its tarball exists and its directory does not)."""
+    return not os.path.lexists(layout.home(name)) and tarball_path(layout, name).exists()
+
+
+def _archive_dir(root: RootInfo) -> int:
+    """Open (creating or repairing) ``<root>/archive``: 2750 gateway:O. Caller closes it."""
+    with pinned.opened_dir(root.layout.root) as root_fd:
+        return pinned.ensure_dir(root_fd, ARCHIVE_DIR, ARCHIVE_DIR_MODE, None, root.operator_gid)
+
+
+@contextmanager
+def home_lock(root: RootInfo, *, exclusive: bool) -> Iterator[None]:
+    """Hold ``archive/.lock``: exclusive to archive or restore, shared to build a home."""
+    dir_fd = _archive_dir(root)
+    try:
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(LOCK_NAME, flags, STATE_FILE_MODE, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+# -- packing -----------------------------------------------------------------------------------
+
+
+def _info(arcname: str, st: os.stat_result) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(arcname)
+    info.mode = stat.S_IMODE(st.st_mode)
+    info.uid, info.gid = st.st_uid, st.st_gid
+    info.uname = info.gname = ""  # numeric owners only: names may differ on restore
+    info.mtime = int(st.st_mtime)
+    return info
+
+
+def _pack_dir(tar: tarfile.TarFile, dir_fd: int, arcname: str, skipped: list[str]) -> int:
+    """Add the entries of the directory ``dir_fd`` under ``arcname``; returns how many."""
+    count = 0
+    for entry in sorted(os.listdir(dir_fd)):
+        arc = f"{arcname}/{entry}"
+        try:
+            st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                child = pinned.open_dir(entry, dir_fd)
+            except (ProvisioningError, FileNotFoundError):
+                skipped.append(arc)  # swapped for a link or removed while we looked
+                continue
+            try:
+                tar.addfile(_dir_info(arc, child))
+                count += 1 + _pack_dir(tar, child, arc, skipped)
+            finally:
+                os.close(child)
+        elif stat.S_ISREG(st.st_mode):
+            try:
+                fd = os.open(entry, FILE_FLAGS, dir_fd=dir_fd)
+            except OSError:
+                skipped.append(arc)  # a link now (ELOOP) or gone
+                continue
+            with os.fdopen(fd, "rb") as fh:
+                fst = os.fstat(fd)
+                if not stat.S_ISREG(fst.st_mode):
+                    skipped.append(arc)
+                    continue
+                info = _info(arc, fst)
+                info.type = tarfile.REGTYPE
+                info.size = fst.st_size
+                tar.addfile(info, _Exactly(fh, fst.st_size))
+                count += 1
+        elif stat.S_ISLNK(st.st_mode):
+            info = _info(arc, st)
+            info.type = tarfile.SYMTYPE
+            info.linkname = os.readlink(entry, dir_fd=dir_fd)
+            tar.addfile(info)
+            count += 1
+        else:  # sockets, FIFOs, devices: nothing a home needs back
+            skipped.append(arc)
+    return count
+
+
+def _dir_info(arcname: str, fd: int) -> tarfile.TarInfo:
+    info = _info(arcname, os.fstat(fd))
+    info.type = tarfile.DIRTYPE
+    return info
+
+
+class _Exactly:
+    """A file object giving exactly ``size`` bytes (a file that grows or shrinks meanwhile
+    must not corrupt the archive: shorter is padded with zeros, longer is cut)."""
+
+    def __init__(self, fh: IO[bytes], size: int) -> None:
+        self.fh, self.left = fh, size
+
+    def read(self, n: int = -1) -> bytes:
+        if self.left <= 0:
+            return b""
+        want = self.left if n < 0 else min(n, self.left)
+        data = self.fh.read(want)
+        if len(data) < want:
+            data += b"\0" * (want - len(data))
+        self.left -= len(data)
+        return data
+
+
+def archive_home(root: RootInfo, name: str) -> ArchiveResult:
+    """Pack ``chats/<name>`` into ``archive/<name>.tar.gz``, then remove the directory.
+
+    Blocking: run it off the event loop. The caller has made sure the conversation is idle
+    (no run in flight, nothing queued, no pending prompt).
+    """
+    layout = root.layout
+    home = layout.home(name)
+    target = tarball_path(layout, name)
+    with home_lock(root, exclusive=True):
+        try:
+            st = os.lstat(home)
+        except FileNotFoundError:
+            if target.exists():
+                raise ArchiveError(f"{home} is already archived in {target}") from None
+            raise ArchiveError(f"{home} does not exist; nothing to archive") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise ArchiveError(f"{home} is a link or not a directory; refusing to archive it")
+        skipped: list[str] = []
+        dir_fd = _archive_dir(root)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=layout.archive)
+            try:
+                os.fchown(fd, -1, root.operator_gid)
+                os.fchmod(fd, STATE_FILE_MODE)
+                with os.fdopen(fd, "wb") as raw:
+                    with (
+                        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
+                        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+                        pinned.opened_dir(home) as home_fd,
+                    ):
+                        tar.addfile(_dir_info(name, home_fd))
+                        members = 1 + _pack_dir(tar, home_fd, name, skipped)
+                    raw.flush()
+                    os.fsync(raw.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                with _quiet():
+                    os.unlink(tmp)
+                raise
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        size = target.stat().st_size
+        shutil.rmtree(home)  # fd-based on Linux: never follows a link out of the home
+        fsync_dir(layout.chats)
+    for path in skipped:
+        log.warning("archiving %s: %s skipped (not a file, directory or link)", name, path)
+    log.info(
+        "archived home %s (%d entries) to %s (%d bytes) and removed the directory",
+        home,
+        members,
+        target,
+        size,
+    )
+    return ArchiveResult(name, target, size, members, tuple(skipped))
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    try:
+        yield
+    except FileNotFoundError:
+        pass
+
+
+# -- unpacking ---------------------------------------------------------------------------------
+
+
+def _safe_parts(member: tarfile.TarInfo, name: str) -> list[str] | None:
+    """The member's path inside the home as parts ([] for the home itself), or None."""
+    raw = member.name
+    if raw.startswith("/") or "\0" in raw:
+        return None
+    parts = [p for p in raw.split("/") if p not in ("", ".")]
+    if not parts or parts[0] != name or any(p == ".." for p in parts):
+        return None
+    return parts[1:]
+
+
+def _link_stays_inside(parts: list[str], target: str, home: Path, personas: Path) -> bool:
+    if target.startswith("/"):
+        normal = posixpath.normpath(target)
+        return normal == str(personas) or normal == str(home) or normal.startswith(f"{home}/")
+    depth = len(parts) - 1  # relative: must never climb above the home
+    for part in target.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif part not in ("", "."):
+            depth += 1
+    return True
+
+
+def _open_parent(base_fd: int, parts: list[str]) -> int:
+    fd = os.dup(base_fd)
+    try:
+        for part in parts[:-1]:
+            nxt = pinned.open_dir(part, fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _owner(fd_or_name: int | str, uid: int, gid: int, dir_fd: int | None = None) -> None:
+    if os.geteuid() != 0:
+        return  # without root everything stays the gateway's own (single-account homes)
+    if isinstance(fd_or_name, int):
+        os.fchown(fd_or_name, uid, gid)
+    else:
+        os.chown(fd_or_name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _extract(tar: tarfile.TarFile, staging_fd: int, name: str, layout: Layout) -> list[str]:
+    """Unpack into ``staging_fd``/<name>; returns the refused members."""
+    home, refused, dirs = layout.home(name), [], []
+    for member in tar:
+        parts = _safe_parts(member, name)
+        if parts is None:
+            refused.append(member.name)
+            continue
+        rel = [name, *parts]
+        if member.isdir():
+            parent = _open_parent(staging_fd, rel)
+            try:
+                os.mkdir(rel[-1], 0o700, dir_fd=parent)
+            except FileExistsError:
+                pass
+            finally:
+                os.close(parent)
+            dirs.append((rel, member))
+        elif member.isreg():
+            src = tar.extractfile(member)
+            if src is None:
+                refused.append(member.name)
+                continue
+            parent = _open_parent(staging_fd, rel)
+            try:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = os.open(rel[-1], flags, 0o600, dir_fd=parent)
+            finally:
+                os.close(parent)
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(src, out, COPY_CHUNK)
+                out.flush()
+                _owner(fd, member.uid, member.gid)  # before the mode: chown clears setgid
+                os.fchmod(fd, member.mode & 0o7777)
+                os.utime(fd, (member.mtime, member.mtime))
+        elif (
+            member.issym()
+            and parts
+            and _link_stays_inside(parts, member.linkname, home, layout.personas)
+        ):
+            parent = _open_parent(staging_fd, rel)
+            try:
+                os.symlink(member.linkname, rel[-1], dir_fd=parent)
+                _owner(rel[-1], member.uid, member.gid, dir_fd=parent)
+            finally:
+                os.close(parent)
+        else:  # links pointing out, hard links, devices, FIFOs
+            refused.append(member.name)
+    # Directories last, deepest first: owner, then mode (setgid survives), then times.
+    for rel, member in reversed(dirs):
+        with pinned.opened_dir(_join(rel), staging_fd) as fd:
+            _owner(fd, member.uid, member.gid)
+            os.fchmod(fd, member.mode & 0o7777)
+            os.utime(fd, (member.mtime, member.mtime))
+    return refused
+
+
+def _join(parts: list[str]) -> str:
+    return "/".join(parts)
+
+
+def restore_home(root: RootInfo, name: str) -> ArchiveResult:
+    """Unpack ``archive/<name>.tar.gz`` back to ``chats/<name>`` and remove the tarball.
+
+    Blocking: run it off the event loop. Members that would escape the home are refused
+    (logged, not extracted); the rest comes back with its owners and modes.
+    """
+    layout = root.layout
+    home = layout.home(name)
+    source = tarball_path(layout, name)
+    with home_lock(root, exclusive=True):
+        if os.path.lexists(home):
+            raise ArchiveError(f"{home} exists; move it away before restoring {source}")
+        if not source.is_file():
+            raise ArchiveError(f"no archive of {name} at {source}")
+        staging = Path(tempfile.mkdtemp(prefix=f".restore-{name}.", dir=layout.chats))
+        try:
+            with pinned.opened_dir(staging) as staging_fd:
+                try:
+                    with tarfile.open(source, mode="r:gz") as tar:
+                        refused = _extract(tar, staging_fd, name, layout)
+                except (tarfile.TarError, EOFError, OSError) as exc:
+                    raise ArchiveError(f"cannot unpack {source}: {exc}") from exc
+            if not os.path.isdir(staging / name):
+                raise ArchiveError(f"{source} holds no directory {name}/; left it untouched")
+            os.rename(staging / name, home)
+            fsync_dir(layout.chats)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        size = source.stat().st_size
+        os.unlink(source)
+        fsync_dir(layout.archive)
+    for member in refused:
+        log.warning("restoring %s: refused member %r (it would leave the home)", name, member)
+    log.info("restored home %s from %s", home, source)
+    return ArchiveResult(name, source, size, 0, tuple(refused))
+
+
+def restore_if_archived(root: RootInfo, name: str) -> bool:
+    """Restore ``name`` when it is archived and its directory is gone; True if it was."""
+    if not is_archived(root.layout, name):
+        return False
+    try:
+        restore_home(root, name)
+    except ArchiveError:
+        if os.path.lexists(root.layout.home(name)):
+            return False  # someone else restored it meanwhile
+        raise
+    return True

@@ -1,0 +1,202 @@
+"""Archive and restore a home: owners and modes survive, hostile tarballs and links do not."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import OperatorGroup, needs_root
+
+from provisioning import naming
+from provisioning.accounts import AccountRegistry
+from provisioning.archive import (
+    ArchiveError,
+    archive_home,
+    is_archived,
+    restore_home,
+    tarball_path,
+)
+from provisioning.homes import Homes
+from provisioning.layout import init_root
+
+
+def snapshot(home: Path) -> dict[str, tuple[int, int, int, str]]:
+    """relative path -> (mode incl. type, uid, gid, content or link target)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(home):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                body = "-> " + os.readlink(path)
+            elif stat.S_ISREG(st.st_mode):
+                body = path.read_bytes().decode(errors="replace")
+            else:
+                body = ""
+            out[str(path.relative_to(home))] = (st.st_mode, st.st_uid, st.st_gid, body)
+    st = os.lstat(home)
+    out["."] = (st.st_mode, st.st_uid, st.st_gid, "")
+    return out
+
+
+@needs_root
+def test_round_trip_keeps_owners_and_modes(
+    shared_root: Path, operator_group: OperatorGroup, uid_range: tuple[int, int]
+) -> None:
+    info = init_root(shared_root, operator_group.name)
+    homes = Homes(
+        info, isolated=True, registry=AccountRegistry(info.layout, info.operator_gid, uid_range)
+    )
+    home = homes.ensure("slack:T0TEAM:C0CHAN:1.2")
+    uid, own_gid = home.account.uid, home.account.gid
+    notes = home.path / "workspace" / "notes.md"
+    notes.write_text("hello from the conversation\n")
+    os.chown(notes, uid, operator_group.gid)
+    os.chmod(notes, 0o640)
+    script = home.path / "workspace" / "run.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    os.chown(script, uid, operator_group.gid)
+    os.chmod(script, 0o750)
+    secret = home.path / "gnupg" / "key"
+    secret.write_text("private")
+    os.chown(secret, uid, own_gid)
+    os.chmod(secret, 0o600)
+    (home.path / "workspace" / "inside").symlink_to("notes.md")
+    os.lchown(home.path / "workspace" / "inside", uid, operator_group.gid)
+    before = snapshot(home.path)
+
+    result = archive_home(info, home.name)
+    assert not home.path.exists()
+    assert is_archived(info.layout, home.name)
+    tarball = tarball_path(info.layout, home.name)
+    assert result.tarball == tarball and result.size_bytes == tarball.stat().st_size
+    st = os.stat(tarball)
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o640, 0, operator_group.gid)
+    st = os.stat(info.layout.archive)
+    assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o2750, operator_group.gid)
+    with tarfile.open(tarball) as tar:
+        names = tar.getnames()
+        assert all(m.uname == "" and m.gname == "" for m in tar.getmembers())
+    assert f"{home.name}/workspace/notes.md" in names
+
+    restored = restore_home(info, home.name)
+    assert restored.skipped == ()
+    assert snapshot(home.path) == before
+    assert stat.S_IMODE(os.lstat(home.path).st_mode) == 0o2750  # setgid survived
+    assert not tarball.exists() and not is_archived(info.layout, home.name)
+    # the home is usable again as it was: ensure finds nothing to change
+    assert homes.ensure("slack:T0TEAM:C0CHAN:1.2").account == home.account
+    assert snapshot(home.path) == before
+
+
+def test_ensure_restores_an_archived_home(tmp_path: Path) -> None:
+    info = init_root(tmp_path / "r")
+    homes = Homes(info, isolated=False)
+    home = homes.ensure("web:sleepy")
+    (home.path / "workspace" / "keep.txt").write_text("still here")
+    archive_home(info, home.name)
+    assert not home.path.exists()
+    again = homes.ensure("web:sleepy")
+    assert (again.path / "workspace" / "keep.txt").read_text() == "still here"
+    assert not tarball_path(info.layout, home.name).exists()
+
+
+def test_archive_refusals(tmp_path: Path) -> None:
+    info = init_root(tmp_path / "r")
+    with pytest.raises(ArchiveError, match="does not exist"):
+        archive_home(info, naming.home_name("web:never"))
+    home = Homes(info, isolated=False).ensure("web:twice")
+    archive_home(info, home.name)
+    with pytest.raises(ArchiveError, match="already archived"):
+        archive_home(info, home.name)
+    home.path.mkdir()
+    with pytest.raises(ArchiveError, match="exists; move it away"):
+        restore_home(info, home.name)
+    with pytest.raises(ArchiveError, match="no archive"):
+        restore_home(info, naming.home_name("web:never"))
+
+
+def test_archiving_never_follows_a_link_out_of_the_home(tmp_path: Path) -> None:
+    info = init_root(tmp_path / "r")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not the conversation's")
+    home = Homes(info, isolated=False).ensure("web:linky")
+    (home.path / "workspace" / "out").symlink_to(outside)
+    (home.path / "workspace" / "file").symlink_to(outside / "secret.txt")
+    archive_home(info, home.name)
+    with tarfile.open(tarball_path(info.layout, home.name)) as tar:
+        links = {m.name: m for m in tar.getmembers() if m.issym()}
+        assert all("secret" not in m.name for m in tar.getmembers() if m.isreg())
+    assert links[f"{home.name}/workspace/out"].linkname == str(outside)
+    restored = restore_home(info, home.name)
+    # links pointing out of the home are refused on the way back; the personas link stays
+    assert set(restored.skipped) == {
+        f"{home.name}/workspace/out",
+        f"{home.name}/workspace/file",
+    }
+    assert not os.path.lexists(home.path / "workspace" / "out")
+    assert os.readlink(home.path / "personas") == str(info.layout.personas)
+    assert (outside / "secret.txt").read_text() == "not the conversation's"
+
+
+def _member(
+    name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x", link: str = ""
+) -> tuple[tarfile.TarInfo, bytes | None]:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = 0o755 if kind == tarfile.DIRTYPE else 0o644
+    info.linkname = link
+    if kind == tarfile.REGTYPE:
+        info.size = len(data)
+        return info, data
+    return info, None
+
+
+def test_a_hostile_tarball_cannot_escape_the_home(tmp_path: Path) -> None:
+    info = init_root(tmp_path / "r")
+    name = naming.home_name("web:hostile")
+    victim = tmp_path / "victim"
+    members = [
+        _member(name, tarfile.DIRTYPE),
+        _member(f"{name}/ok.txt", data=b"fine"),
+        _member(f"{name}/../../escaped.txt"),
+        _member(f"/{victim}"),
+        _member("elsewhere/x.txt"),
+        _member(f"{name}/up", tarfile.SYMTYPE, link="../../.."),
+        _member(f"{name}/abs", tarfile.SYMTYPE, link="/etc/passwd"),
+        _member(f"{name}/hard", tarfile.LNKTYPE, link="/etc/passwd"),
+        _member(f"{name}/dev", tarfile.CHRTYPE),
+        _member(f"{name}/fifo", tarfile.FIFOTYPE),
+        _member(f"{name}/sub", tarfile.DIRTYPE),
+        _member(f"{name}/sub/rel", tarfile.SYMTYPE, link="../ok.txt"),
+    ]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for m, data in members:
+            tar.addfile(m, io.BytesIO(data) if data is not None else None)
+    tarball_path(info.layout, name).write_bytes(buf.getvalue())
+    result = restore_home(info, name)
+    home = info.layout.home(name)
+    assert (home / "ok.txt").read_text() == "fine"
+    assert os.readlink(home / "sub" / "rel") == "../ok.txt"
+    assert set(result.skipped) == {
+        f"{name}/../../escaped.txt",
+        f"/{victim}",
+        "elsewhere/x.txt",
+        f"{name}/up",
+        f"{name}/abs",
+        f"{name}/hard",
+        f"{name}/dev",
+        f"{name}/fifo",
+    }
+    assert sorted(os.listdir(home)) == ["ok.txt", "sub"]
+    assert not victim.exists() and not (tmp_path / "escaped.txt").exists()
+    assert not (info.layout.chats / "elsewhere").exists()
+    assert not (tmp_path / "r" / "escaped.txt").exists()
+    # no staging directory left behind
+    assert sorted(os.listdir(info.layout.chats)) == [name]
