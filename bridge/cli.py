@@ -20,6 +20,7 @@ from typing import Any
 
 from provisioning.errors import ProvisioningError
 
+from . import logs
 from .config import CoreSettings, effective_config, load_settings
 from .errors import BridgeError
 from .plugins import load_specs
@@ -52,12 +53,9 @@ def setup_logging(settings: CoreSettings | None, level: str | None = None) -> No
                 encoding="utf-8",
             )
         )
-    logging.basicConfig(
-        level=chosen,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=handlers,
-        force=True,
-    )
+    # JSON lines unless on a terminal (log.format), every configured secret masked
+    logs.install(handlers, fmt=settings.log.format if settings else "auto", settings=settings)
+    logging.basicConfig(level=chosen, handlers=handlers, force=True)
 
 
 def _settings(args: argparse.Namespace, specs: dict[str, AdapterSpec]) -> CoreSettings:

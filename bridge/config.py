@@ -79,6 +79,8 @@ class AccountsSettings(Section):
 
 class LogSettings(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # "auto": JSON lines when stderr is not a terminal (journald, containers), text on one
+    format: Literal["auto", "json", "text"] = "auto"
     file: Path | None = None
     max_bytes: int = Field(default=10 * 1024 * 1024, ge=4096)
     backups: int = Field(default=3, ge=0)

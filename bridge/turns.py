@@ -667,6 +667,24 @@ class Engine:
         label = "ok" if result.ok else (result.code or "failed")
         self.metrics.runs.labels(label).inc()
         self.metrics.run_duration.observe(result.duration_ms / 1000)
+        log.info(  # one structured line per turn (JSON keys in the service's log)
+            "turn %s: %s in %.1fs",
+            msg.thread_key,
+            "interrupted" if run.shutdown else label,
+            result.duration_ms / 1000,
+            extra={
+                "event": "turn",
+                "thread_key": msg.thread_key,
+                "platform": msg.platform,
+                "run_id": run.run_id,
+                "outcome": "interrupted" if run.shutdown else label,
+                "duration_ms": result.duration_ms,
+                "exit_code": result.exit_code,
+                "cost_usd": result.cost_usd if result.cost_known else None,
+                "total_tokens": result.total_tokens,
+                "stopped_by": run.stopped_by,
+            },
+        )
         line = summary(result, run.progress)
         bubble = run.reporter is not None and run.reporter.bubble_ref is not None
         replies: list[NewReply] = []
