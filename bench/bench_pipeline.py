@@ -2,8 +2,9 @@
 
 Baseline ("the limit"): this machine spawning ``bench/instant_runner.py`` directly with
 ``asyncio.create_subprocess_exec``, at the gateway's concurrency, as the same kind of
-identity (as root: a throwaway account, no supplementary groups, own session, umask 027),
-with the same argv and stdin frame, measured right before and right after each gateway
+identity (as root: a throwaway account, no supplementary groups, own session, umask 027)
+started the same way (through ``setpriv`` when installed, as the gateway does), with the
+same argv and stdin frame, measured right before and right after each gateway
 run (the mean is the limit, so drift on a shared machine shows). Then the real gateway (in
 process: web API, SQLite, one Unix account per conversation when root) answers messages
 across many conversations over HTTP, after a warm-up message per conversation (accounts
@@ -51,6 +52,7 @@ from bridge.app import GatewayApp
 from bridge.config import load_settings
 from bridge.plugins import load_specs
 from bridge.runner.cli import shared_interpreter
+from provisioning.sandbox import setpriv_path
 
 RUNNER_SRC = Path(__file__).resolve().parent / "instant_runner.py"
 UID_BLOCK = 1000
@@ -82,6 +84,17 @@ def pct(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(p / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
 
 
 def cpu_s(who: int = resource.RUSAGE_SELF) -> float:
@@ -230,9 +243,15 @@ def spawner(argv: list[str], account: Throwaway | None, workdir: Path) -> Spawne
         "cwd": home,
         "close_fds": True,
     }
+    command = [*argv, *GATEWAY_ARGS]
     if account is not None:
-        kwargs.update(user=account.uid, group=account.uid, extra_groups=[])
-    return Spawner([*argv, *GATEWAY_ARGS], kwargs)
+        setpriv = setpriv_path()
+        if setpriv is not None:  # what the gateway does (vfork stays possible)
+            command = [setpriv, f"--reuid={account.uid}", f"--regid={account.uid}"]
+            command += ["--clear-groups", "--", *argv, *GATEWAY_ARGS]
+        else:
+            kwargs.update(user=account.uid, group=account.uid, extra_groups=[])
+    return Spawner(command, kwargs)
 
 
 # -- the gateway ----------------------------------------------------------------------------
@@ -641,7 +660,8 @@ def main() -> int:
         (
             "machine",
             f"{os.cpu_count()} CPUs",
-            f"load average {load_before:.2f} at start, {os.getloadavg()[0]:.2f} at end",
+            f"{cpu_model()}; Python {sys.version.split()[0]}; load average {load_before:.2f} "
+            f"at start, {os.getloadavg()[0]:.2f} at end",
         ),
     )
     rows.append(("max RSS of this process", f"{rss_mb:.0f} MB", "gateway + client + spawner"))

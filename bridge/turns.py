@@ -82,10 +82,12 @@ class ActiveRun:
 
 @dataclass
 class ConversationSlot:
-    queue: deque[int] = field(default_factory=deque)
+    queue: deque[MessageRecord] = field(default_factory=deque)
     worker: asyncio.Task[None] | None = None
     active: ActiveRun | None = None
     home: Home | None = None
+    last: RunHandle | None = None  # the previous run, until everything it started is gone
+    told: bool = False  # told "queued"/"waiting" since the queue was last empty (one per burst)
 
 
 class Engine:
@@ -209,6 +211,7 @@ class Engine:
         workers = [s.worker for s in self._slots.values() if s.worker is not None]
         if workers:
             await asyncio.wait(workers, timeout=5)
+        await self._settle_all()
         self.deliverer.closing = True
         for task in [*workers, *self._tasks]:
             task.cancel()
@@ -255,12 +258,15 @@ class Engine:
                 self._finish_message(msg, InboxState.FAILED, "overflow", text), f"overflow-{msg.id}"
             )
             return
-        slot.queue.append(msg.id)
+        slot.queue.append(msg)
         self.metrics.queue_depth.inc()
-        if slot.active is not None:
+        if slot.active is not None and not slot.told:
+            # one notice per burst: each costs two writes, and a burst of messages needs
+            # one "they will run in order", not one line each
+            slot.told = True
             text = (
                 f"🕐 Queued: the agent is still working on an earlier message; this one is "
-                f"number {len(slot.queue)} in line."
+                f"number {len(slot.queue)} in line, and messages sent meanwhile run in order."
             )
             self._spawn(self._notice(msg, f"queued:{msg.id}", text), f"queued-{msg.id}")
         if slot.worker is None or slot.worker.done():
@@ -271,15 +277,16 @@ class Engine:
     async def _work(self, conversation_id: int) -> None:
         slot = self._slot(conversation_id)
         while slot.queue and not self.stopping:
-            message_id = slot.queue.popleft()
+            msg = slot.queue.popleft()
             self.metrics.queue_depth.dec()
             try:
-                await self._turn(slot, message_id)
+                await self._turn(slot, msg)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("turn for message %d failed unexpectedly", message_id)
+                log.exception("turn for message %d failed unexpectedly", msg.id)
         slot.worker = None
+        slot.told = False
 
     # -- replies ------------------------------------------------------------------------------
 
@@ -501,12 +508,15 @@ class Engine:
     # -- the turn -----------------------------------------------------------------------------
 
     async def _ensure_home(self, slot: ConversationSlot, msg: MessageRecord) -> Home:
-        if slot.home is None:
+        # Once per conversation per process, again when the home was archived since (the
+        # run is recorded as started by now, so it cannot be archived under us after this).
+        if slot.home is None or not await asyncio.to_thread(self.homes.present, slot.home):
             slot.home = await asyncio.to_thread(self.homes.ensure, msg.thread_key)
         return slot.home
 
-    async def _acquire_slot(self, msg: MessageRecord) -> None:
-        if self._runs_sem.locked():
+    async def _acquire_slot(self, slot: ConversationSlot, msg: MessageRecord) -> None:
+        if self._runs_sem.locked() and not slot.told:
+            slot.told = True
             text = (
                 f"🕐 The gateway is running {self._in_flight} other run(s), its limit; yours "
                 "starts as soon as one finishes."
@@ -514,10 +524,7 @@ class Engine:
             await self._notice(msg, f"waiting:{msg.id}", text)
         await self._runs_sem.acquire()
 
-    async def _turn(self, slot: ConversationSlot, message_id: int) -> None:
-        msg = await self.store.get_message(message_id)
-        if msg is None or msg.state is not InboxState.ACCEPTED:
-            return
+    async def _turn(self, slot: ConversationSlot, msg: MessageRecord) -> None:
         if await self._over_budget():
             await self._finish_message(
                 msg,
@@ -527,7 +534,7 @@ class Engine:
                 "after midnight UTC.",
             )
             return
-        await self._acquire_slot(msg)
+        await self._acquire_slot(slot, msg)
         self._in_flight += 1
         self.metrics.runs_in_flight.inc()
         try:
@@ -544,10 +551,24 @@ class Engine:
         spent, unpriced = await self.store.cost_since(_utc_midnight())
         return spent >= cap or unpriced > 0
 
+    async def _settle_all(self) -> None:
+        """Wait (bounded) until no finished run has processes left (runs sweep after wait)."""
+        last = [s.last for s in self._slots.values() if s.last is not None]
+        if last:
+            settling = [asyncio.ensure_future(h.settled()) for h in last]
+            _done, pending = await asyncio.wait(settling, timeout=5)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*settling, return_exceptions=True)
+
     async def _run_turn(self, slot: ConversationSlot, msg: MessageRecord) -> None:
-        conv = await self.store.conversation(msg.conversation_id)
-        epoch = conv.epoch if conv else 1
-        run_record = await self.store.start_run(msg.id, msg.sender_id, epoch)
+        if slot.last is not None:  # the previous run's leftovers are gone before this one
+            last, slot.last = slot.last, None
+            await last.settled()
+        run_record = await self.store.begin_run(msg.id, msg.sender_id)
+        if run_record is None:  # no longer accepted: started or answered already
+            return
+        epoch = run_record.epoch
         run = ActiveRun(message=msg, run_id=run_record.id, target=self._target(msg))
         slot.active = run
         self._stop_tokens[run.stop_token] = run
@@ -645,6 +666,7 @@ class Engine:
                 except Exception:
                     log.exception("could not show a prompt; declining it")
         result = await run.handle.wait()
+        self._slot(msg.conversation_id).last = run.handle
         if run.prompts:
             await self.store.expire_prompts(run.run_id)
         return result

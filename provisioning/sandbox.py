@@ -2,16 +2,19 @@
 
 One helper builds all of it so every backend starts runs the same way: isolated, the
 conversation's uid and private gid with *no* supplementary groups (``user=`` alone keeps
-root's groups), umask 027, its own session and process group; single-account, the
-gateway's identity with umask 077. The environment is built from an allowlist, never a
+root's groups; ``setpriv --clear-groups`` when installed, see :class:`RunIdentity`),
+umask 027, its own session and process group; single-account, the gateway's identity with
+umask 077. The environment is built from an allowlist, never a
 copy of the gateway's: the bot token, signing secret and webhook secret can't reach a run.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -109,8 +112,13 @@ def resolve_isolation(mode: IsolationMode) -> bool:
     return able
 
 
-def _matches(name: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+@functools.lru_cache(maxsize=64)
+def _matcher(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+    """One compiled regular expression for a list of globs (built once per list, not per run)."""
+    if not patterns:
+        return lambda name: False
+    regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+    return lambda name: regex.match(name) is not None
 
 
 def build_env(
@@ -123,15 +131,12 @@ def build_env(
 ) -> dict[str, str]:
     """The runner's environment: allowlisted names, then the home's own paths."""
     source = os.environ if environ is None else environ
-    patterns = tuple(allowlist)
-    env = {
-        name: value
-        for name, value in source.items()
-        if _matches(name, patterns) and not _matches(name, ENV_DENYLIST)
-    }
+    allowed = _matcher(tuple(allowlist))
+    denied = _matcher(ENV_DENYLIST)
+    env = {name: value for name, value in source.items() if allowed(name) and not denied(name)}
     env.setdefault("PATH", DEFAULT_PATH)
     for name, value in (extra or {}).items():
-        if not _matches(name, ENV_DENYLIST):
+        if not denied(name):
             env[name] = value
     path = str(home.path)
     env["JAZZ_HOME"] = path
@@ -159,9 +164,29 @@ def build_env(
     return env
 
 
+SETPRIV_CANDIDATES = ("/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv")
+
+
+@functools.lru_cache(maxsize=1)
+def setpriv_path() -> str | None:
+    """util-linux ``setpriv`` when installed (checked once): how isolated runs switch identity."""
+    for candidate in SETPRIV_CANDIDATES:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 @dataclass(frozen=True)
 class RunIdentity:
-    """Everything ``subprocess``/``asyncio`` need to start a run as a home's account."""
+    """Everything ``subprocess``/``asyncio`` need to start a run as a home's account.
+
+    Use both halves: ``command(argv)`` and ``popen_kwargs()``. An isolated run switches
+    identity through ``setpriv --reuid U --regid G --clear-groups --`` (the runner
+    contract's own form) when ``setpriv`` is installed: CPython spawns with ``vfork`` only
+    when it is not asked to change uid, gid or groups itself, and a ``fork`` of a large
+    gateway freezes its event loop for milliseconds per run. Without ``setpriv`` the same
+    identity is set by ``subprocess`` (``user=``, ``group=``, ``extra_groups=[]``).
+    """
 
     home: Home
     env: dict[str, str]
@@ -169,6 +194,20 @@ class RunIdentity:
     uid: int | None = None
     gid: int | None = None
     cwd: str = field(default="")
+    setpriv: str | None = None
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` as it must be executed (behind ``setpriv`` when that switches identity)."""
+        if self.uid is not None and self.setpriv is not None:
+            return [
+                self.setpriv,
+                f"--reuid={self.uid}",
+                f"--regid={self.gid}",
+                "--clear-groups",
+                "--",
+                *argv,
+            ]
+        return list(argv)
 
     def popen_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``subprocess.Popen`` / ``asyncio.create_subprocess_exec``."""
@@ -179,7 +218,7 @@ class RunIdentity:
             "cwd": self.cwd or str(self.home.path),
             "close_fds": True,
         }
-        if self.uid is not None:
+        if self.uid is not None and self.setpriv is None:
             kwargs.update(user=self.uid, group=self.gid, extra_groups=[])
         return kwargs
 
@@ -191,6 +230,7 @@ def run_identity(
     environ: Mapping[str, str] | None = None,
     allowlist: Iterable[str] = DEFAULT_ENV_ALLOWLIST,
     extra_env: Mapping[str, str] | None = None,
+    use_setpriv: bool = True,
 ) -> RunIdentity:
     """How a runner starts for ``home`` (see the module docstring)."""
     env = build_env(home, surface=surface, environ=environ, allowlist=allowlist, extra=extra_env)
@@ -203,5 +243,6 @@ def run_identity(
             uid=home.account.uid,
             gid=home.account.gid,
             cwd=workspace,
+            setpriv=setpriv_path() if use_setpriv else None,
         )
     return RunIdentity(home=home, env=env, umask=PRIVATE_UMASK, cwd=workspace)

@@ -100,7 +100,15 @@ class RunHandle(abc.ABC):
 
     @abc.abstractmethod
     async def wait(self) -> RunResult:
-        """The outcome, once the run has ended and its processes are gone."""
+        """The outcome, once the run has ended (its main process, its output read)."""
+
+    async def settled(self) -> None:  # noqa: B027 - optional hook
+        """Returns once nothing the run started is left (await before the next run).
+
+        A backend may finish sweeping leftovers after :meth:`wait` has returned, so that
+        the answer is recorded and delivered meanwhile; the turn engine awaits this before
+        the conversation's next run and at shutdown.
+        """
 
 
 class RunnerBackend(abc.ABC):

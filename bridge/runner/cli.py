@@ -86,7 +86,7 @@ class CliRunner(RunnerBackend):
         kwargs["env"] = {**kwargs["env"], RUN_TAG_ENV: tag}
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self.argv(request),
+                *request.identity.command(self.argv(request)),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -121,6 +121,7 @@ class CliRunHandle(RunHandle):
         self._timed_out = False
         self._tasks: list[asyncio.Task[None]] = []
         self._result: RunResult | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self._stdin_lock = asyncio.Lock()
 
@@ -283,8 +284,10 @@ class CliRunHandle(RunHandle):
     async def _finish(self) -> None:
         try:
             await self.proc.wait()
-            # the run is over: nothing it started may linger (children that called setsid)
-            await self._sweep()
+            # The run is over: nothing it started may linger (children that called setsid).
+            # The sweep runs beside reading the last output and recording the answer (it
+            # also closes pipes a lingering child holds); settled() waits for it.
+            self._sweeper = asyncio.create_task(self._sweep(), name="runner-sweep")
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.gather(*self._tasks[:2]), timeout=5)
             for task in self._tasks:
@@ -295,6 +298,11 @@ class CliRunHandle(RunHandle):
             self._result = self._build_result()
         finally:
             self._done.set()
+
+    async def settled(self) -> None:
+        await self._done.wait()
+        if self._sweeper is not None:
+            await asyncio.shield(self._sweeper)
 
     def _build_result(self) -> RunResult:
         duration_ms = int((time.monotonic() - self.started) * 1000)

@@ -200,6 +200,19 @@ class Store(abc.ABC):
     async def start_run(self, message_id: int, requester: str, epoch: int) -> RunRecord:
         """Mark the message running and record a run, in one transaction."""
 
+    async def begin_run(self, message_id: int, requester: str) -> RunRecord | None:
+        """Start a run of an accepted message at its conversation's current epoch.
+
+        None when the message is no longer ``accepted`` (already started or finished). The
+        default composes the calls above; a store overrides it with one transaction (the
+        turn engine calls it once per message).
+        """
+        message = await self.get_message(message_id)
+        if message is None or message.state is not InboxState.ACCEPTED:
+            return None
+        conv = await self.conversation(message.conversation_id)
+        return await self.start_run(message_id, requester, conv.epoch if conv else 1)
+
     @abc.abstractmethod
     async def finish_run(
         self,

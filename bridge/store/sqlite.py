@@ -707,6 +707,27 @@ class SqliteStore(Store):
 
         return await self._tx(work)
 
+    async def begin_run(self, message_id: int, requester: str) -> RunRecord | None:
+        def work(conn: sqlite3.Connection) -> RunRecord | None:
+            now = time.time()
+            message = conn.execute(
+                "UPDATE inbox SET state = ?, started_at = ?, finished_at = NULL, error = NULL"
+                " WHERE id = ? AND state = ? RETURNING conversation_id",
+                (InboxState.RUNNING.value, now, message_id, InboxState.ACCEPTED.value),
+            ).fetchone()
+            if message is None:
+                return None
+            row = conn.execute(
+                "INSERT INTO runs (conversation_id, message_id, requester, epoch, started_at)"
+                " SELECT ?, ?, ?, epoch, ? FROM conversations WHERE id = ? RETURNING *",
+                (message[0], message_id, requester, now, message[0]),
+            ).fetchone()
+            if row is None:
+                raise StoreError(f"store {self.path}: message {message_id} has no conversation")
+            return self._run(row)
+
+        return await self._tx(work)
+
     async def finish_run(
         self,
         run_id: int,

@@ -13,7 +13,13 @@ from provisioning.accounts import AccountRegistry
 from provisioning.errors import IsolationUnavailable
 from provisioning.homes import Homes
 from provisioning.layout import init_root
-from provisioning.sandbox import build_env, resolve_isolation, run_identity
+from provisioning.sandbox import (
+    RunIdentity,
+    build_env,
+    resolve_isolation,
+    run_identity,
+    setpriv_path,
+)
 
 PROBE = "id -u; id -g; id -G; umask; ps -o sid= -p $$; echo $$"
 
@@ -31,29 +37,40 @@ GATEWAY_ENV = {
 }
 
 
-def _probe(identity_kwargs: dict[str, object]) -> list[str]:
+def _probe(ident: RunIdentity) -> list[str]:
     proc = subprocess.run(
-        ["sh", "-c", PROBE],
+        ident.command(["sh", "-c", PROBE]),
         capture_output=True,
         text=True,
         check=True,
         timeout=20,
-        **identity_kwargs,
-    )  # type: ignore[call-overload]
+        **ident.popen_kwargs(),
+    )
     return proc.stdout.split("\n")
 
 
 @needs_root
+@pytest.mark.parametrize("use_setpriv", [True, False], ids=["setpriv", "subprocess"])
 def test_isolated_run_is_the_conversation_with_no_groups_and_umask_027(
-    shared_root: Path, operator_group: OperatorGroup, uid_range: tuple[int, int]
+    shared_root: Path,
+    operator_group: OperatorGroup,
+    uid_range: tuple[int, int],
+    use_setpriv: bool,
 ) -> None:
     info = init_root(shared_root, operator_group.name)
     homes = Homes(
         info, isolated=True, registry=AccountRegistry(info.layout, info.operator_gid, uid_range)
     )
     home = homes.ensure("web:probe")
-    ident = run_identity(home, surface="web", environ=GATEWAY_ENV)
-    uid, gid, groups, umask, sid, pid = _probe(ident.popen_kwargs())[:6]
+    ident = run_identity(home, surface="web", environ=GATEWAY_ENV, use_setpriv=use_setpriv)
+    if use_setpriv:
+        if setpriv_path() is None:
+            pytest.skip("setpriv (util-linux) is not installed")
+        assert ident.command(["x"])[0] == setpriv_path()
+        assert "user" not in ident.popen_kwargs()  # vfork stays possible
+    else:
+        assert ident.command(["x"]) == ["x"]
+    uid, gid, groups, umask, sid, pid = _probe(ident)[:6]
     assert int(uid) == home.account.uid
     assert int(gid) == home.account.gid
     assert groups.split() == [str(home.account.gid)]  # no supplementary groups, not O, not root
@@ -85,7 +102,8 @@ def test_single_account_run_keeps_our_identity_and_umask_077(tmp_path: Path) -> 
     info = init_root(tmp_path / "r")
     home = Homes(info, isolated=False).ensure("web:me")
     ident = run_identity(home, surface="web", environ=GATEWAY_ENV)
-    uid, _gid, _groups, umask = _probe(ident.popen_kwargs())[:4]
+    assert ident.command(["x"]) == ["x"]
+    uid, _gid, _groups, umask = _probe(ident)[:4]
     assert int(uid) == os.geteuid()
     assert umask == "0077"
 
