@@ -10,6 +10,7 @@ Button presses are acked at once and handled by a lazy listener.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -20,7 +21,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
-from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bridge.errors import AdapterError
@@ -36,10 +37,13 @@ PLATFORM = "slack"
 EVENTS_PATH = "/slack/events"
 SIGNATURE_WINDOW_S = 60 * 5
 PERSON_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
-THREAD_COMMANDS = re.compile(r"^\s*!(new|status|stop|help)\b", re.IGNORECASE)
+THREAD_COMMANDS = re.compile(r"^\s*!(new|status|stop|help)(?=\s|$)", re.IGNORECASE)
+SLASH_COMMANDS = frozenset({"new", "status", "stop"})
 SLASH_HELP = (
     "Mention me in a channel to start a conversation in a thread; in the thread write "
-    "`!new`, `!status`, `!stop` or `!help` (Slack has no slash commands in threads)."
+    "`!new`, `!status`, `!stop` or `!help` (Slack has no slash commands in threads). "
+    "`/jazz new|status|stop` in a channel acts on its most recently active conversation "
+    "(in a DM, on the DM's own); `/jazz help` shows this."
 )
 
 
@@ -87,7 +91,9 @@ class SlackAdapter:
         self.settings: SlackSettings = ctx.settings
         s = self.settings
         token = s.bot_token.get_secret_value() if s.bot_token else ""
-        self.client = AsyncWebClient(token=token, base_url=s.api_url)
+        # retry_handlers=[]: slack_sdk's default retries a request whose connection dropped,
+        # which for chat.postMessage is a blind resend; the surface decides what to retry.
+        self.client = AsyncWebClient(token=token, base_url=s.api_url, retry_handlers=[])
         self.surface = SlackSurface(
             self.client, token, api_url=s.api_url, max_file_bytes=s.max_file_bytes
         )
@@ -99,6 +105,7 @@ class SlackAdapter:
         self._socket: Any = None  # AsyncSocketModeHandler, imported only in socket mode
         self._bot_user_id: str | None = None
         self._down: str | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # answers to button presses
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -127,10 +134,12 @@ class SlackAdapter:
             process_before_response=True,  # the 2xx only after the inbox write
             request_verification_enabled=True,
             raise_error_for_unhandled_request=False,
+            # our converter drops the bot's own messages itself, and counts them as ignored
+            ignoring_self_events_enabled=False,
             logger=logging.getLogger("adapters.slack.bolt"),
         )
         app.event(re.compile(r".*"))(self._on_event)
-        app.action(re.compile(r".*"))(ack=self._ack, lazy=[self._on_action])
+        app.action(re.compile(r".*"))(self._on_action)  # old buttons too: "expired"
         app.command("/jazz")(self._on_command)
         self._app = app
 
@@ -154,6 +163,11 @@ class SlackAdapter:
                 raise AdapterError(f"slack socket mode could not connect: {exc}") from exc
 
     async def stop(self) -> None:
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._socket is not None:
             try:
                 await self._socket.close_async()
@@ -170,7 +184,8 @@ class SlackAdapter:
     # -- HTTP ---------------------------------------------------------------------------------
 
     def add_routes(self, app: web.Application) -> None:
-        app.router.add_post(EVENTS_PATH, self.events)
+        if self.settings.mode == "http":  # socket mode receives nothing over HTTP
+            app.router.add_post(EVENTS_PATH, self.events)
 
     async def events(self, request: web.Request) -> web.Response:
         if self._app is None:
@@ -282,19 +297,21 @@ class SlackAdapter:
 
     # -- interactivity ------------------------------------------------------------------------
 
-    async def _ack(self, ack: Any) -> None:
-        await ack()
-
-    async def _on_action(self, body: dict[str, Any]) -> None:
+    async def _on_action(self, ack: Any, body: dict[str, Any]) -> None:
+        """Resolve the press in the core (local and quick), ack, then answer on Slack."""
         try:
-            await self._press(body)
-        except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
-            log.warning("slack: could not answer a button press: %s", exc)
-        except Exception:
-            log.exception("slack: a button press failed")
+            reply = await self._press(body)
+        finally:
+            await ack()
+        if reply is not None:
+            task = asyncio.create_task(self._answer_press(*reply), name="slack-press")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
-    async def _press(self, body: dict[str, Any]) -> None:
-        user = str((body.get("user") or {}).get("id") or "")
+    async def _press(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """The press in the core; returns the Slack call that answers the presser."""
+        user_info = body.get("user") or {}
+        user = str(user_info.get("id") or "")
         actions = body.get("actions") or []
         value = actions[0].get("value") if actions and isinstance(actions[0], dict) else None
         container = body.get("container") or {}
@@ -302,32 +319,102 @@ class SlackAdapter:
         channel = str(container.get("channel_id") or (body.get("channel") or {}).get("id") or "")
         message_ts = container.get("message_ts") or message.get("ts")
         thread_ts = container.get("thread_ts") or message.get("thread_ts")
-        team = str((body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id"))
+        team = str((body.get("team") or {}).get("id") or user_info.get("team_id") or "")
         if not user or not channel or not isinstance(value, str) or not value:
             log.info("slack: ignored a block action without user, channel or value")
-            return
+            return None
         if not self._allowed(team, channel, user):
             log.info("slack: ignored a press by %s in %s (not allowed)", user, channel)
             self._count("denied")
-            return
+            return None
         result = await self.ctx.gateway.press(value, user, is_operator=user in self._operators)
         if result.status is PressStatus.OK and result.resolved is not None and message_ts:
-            await self.client.chat_update(
-                channel=channel,
-                ts=str(message_ts),
-                text=result.resolved.text,
-                blocks=blocks_for(result.resolved),
-            )
-            return
+            resolved = result.resolved
+            return "chat.update", {
+                "channel": channel,
+                "ts": str(message_ts),
+                "text": resolved.text,
+                "blocks": blocks_for(resolved),  # no choices left: the buttons are gone
+            }
         if result.status is PressStatus.OK and not result.text:
-            return
+            return None
         kwargs: dict[str, Any] = {"channel": channel, "user": user, "text": result.text}
         if thread_ts:
             kwargs["thread_ts"] = str(thread_ts)
-        try:
-            await self.client.chat_postEphemeral(**kwargs)
-        except SlackApiError as exc:
-            log.info("slack: ephemeral reply to %s failed: %s", user, exc)
+        return "chat.postEphemeral", kwargs
 
-    async def _on_command(self, ack: Any) -> None:
-        await ack(SLASH_HELP)
+    async def _answer_press(self, method: str, kwargs: dict[str, Any]) -> None:
+        try:
+            if method == "chat.update":
+                await self.client.chat_update(**kwargs)
+            else:
+                await self.client.chat_postEphemeral(**kwargs)
+        except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("slack: could not answer a button press (%s): %s", method, exc)
+
+    # -- the /jazz slash command --------------------------------------------------------------
+
+    async def _on_command(self, ack: Any, body: dict[str, Any]) -> BoltResponse | None:
+        words = str(body.get("text") or "").split()
+        word = words[0].lower().lstrip("!/") if words else "help"
+        if word not in SLASH_COMMANDS:
+            await ack(SLASH_HELP if word == "help" else f"Unknown command `{word}`. {SLASH_HELP}")
+            return None
+        team, channel = str(body.get("team_id") or ""), str(body.get("channel_id") or "")
+        user = str(body.get("user_id") or "")
+        if not team or not channel or not user:
+            await ack("That command came without a team, channel or user.")
+            return None
+        if not self._allowed(team, channel, user):
+            log.info(
+                "slack: ignored /jazz %s from %s in %s/%s (not allowed)", word, user, team, channel
+            )
+            self._count("denied")
+            await ack()
+            return None
+        found = await self._command_conversation(team, channel, body)
+        if found is None:
+            await ack("No conversation in this channel yet: mention me to start one.")
+            return None
+        key, target = found
+        inbound = Inbound(
+            platform=PLATFORM,
+            event_id=f"command:{body.get('trigger_id') or time.time_ns()}",
+            thread_key=key,
+            sender_id=user,
+            sender_name=f"<@{user}>",
+            text=f"/{word}",
+            shared_chat=not _is_dm(channel, body.get("channel_name")),
+            is_operator=user in self._operators,
+            target=target,
+        )
+        result = await self.ctx.gateway.submit(inbound)
+        if result.status is SubmitStatus.REFUSED:
+            await ack("The gateway is restarting; try again in a minute.")
+            return None
+        where = "here" if target.get("thread_ts") is None else "in the conversation's thread"
+        await ack(f"`/jazz {word}`: the answer is {where}.")
+        return None
+
+    async def _command_conversation(
+        self, team: str, channel: str, body: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]] | None:
+        """A DM's own conversation, or the channel's most recently active thread."""
+        if _is_dm(channel, body.get("channel_name")):
+            key = f"slack:{team}:{channel}"
+            return key, {"team": team, "channel": channel, "thread_ts": None}
+        prefix = f"slack:{team}:{channel}:"
+        latest = None
+        for conv in await self.ctx.store.conversations():
+            if conv.thread_key.startswith(prefix) and (
+                latest is None or conv.last_active_at > latest.last_active_at
+            ):
+                latest = conv
+        if latest is None:
+            return None
+        thread_ts = latest.thread_key[len(prefix) :]
+        return latest.thread_key, {"team": team, "channel": channel, "thread_ts": thread_ts}
+
+
+def _is_dm(channel: str, channel_name: Any) -> bool:
+    return channel_name == "directmessage" or channel.startswith("D")

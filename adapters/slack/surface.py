@@ -5,11 +5,19 @@ progress bubble as Block Kit (a ``markdown`` block plus buttons whose ``value`` 
 core's opaque token). Every ``chat.postMessage`` carries its reply key in the message
 metadata, so after an unclear failure (the connection dropped, Slack answered 5xx) the
 thread is searched for it before the message is sent again: never a blind duplicate.
+
+A 429 closes that Web API method for its ``Retry-After``: calls meanwhile are not made
+(a :class:`DeliveryError` carrying the time left, which the core's delivery waits out); a
+progress edit refused that way is kept and sent once the method opens again, so the
+bubble still ends on the run's summary.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,20 +63,32 @@ PERMANENT_ERRORS = frozenset(
 )
 
 
+def retry_after_of(exc: Exception) -> float | None:
+    """Seconds Slack asked to wait (a 429), else None."""
+    if not isinstance(exc, SlackApiError) or exc.response is None:
+        return None
+    response = exc.response
+    if getattr(response, "status_code", 0) != 429 and response.get("error") != "ratelimited":
+        return None
+    headers = getattr(response, "headers", {}) or {}
+    raw = headers.get("Retry-After") or headers.get("retry-after") or "1"
+    if isinstance(raw, list):  # slack_sdk keeps aiohttp's multi-valued headers as lists
+        raw = raw[0] if raw else "1"
+    try:
+        return max(float(raw), 1.0)
+    except ValueError:
+        return 1.0
+
+
 def slack_error(exc: Exception, what: str) -> DeliveryError:
     """Map a slack_sdk / transport error to the core's :class:`DeliveryError`."""
     if isinstance(exc, SlackApiError):
         response = exc.response
         code = str(response.get("error") or "") if response is not None else ""
         status = getattr(response, "status_code", 0)
-        if status == 429 or code == "ratelimited":
-            headers = getattr(response, "headers", {}) or {}
-            raw = headers.get("Retry-After") or headers.get("retry-after") or "1"
-            try:
-                retry_after = max(float(raw), 0.0)
-            except ValueError:
-                retry_after = 1.0
-            return DeliveryError(f"{what}: rate limited", retry_after=retry_after or 1.0)
+        retry_after = retry_after_of(exc)
+        if retry_after is not None:
+            return DeliveryError(f"{what}: rate limited", retry_after=retry_after)
         return DeliveryError(
             f"{what}: {code or f'HTTP {status}'}",
             permanent=code in PERMANENT_ERRORS or (400 <= status < 500 and status != 429),
@@ -142,8 +162,50 @@ class SlackSurface:
         self._unclear: dict[str, tuple[str, str | None]] = {}  # reply key -> channel, thread
         self._no_status: set[str] = set()  # channels where assistant status is unavailable
         self._session: aiohttp.ClientSession | None = None
+        self._closed_until: dict[str, float] = {}  # Web API method -> monotonic reopen time
+        self._held_edits: dict[str, Outgoing] = {}  # message ref -> newest refused edit
+        self._flusher: asyncio.Task[None] | None = None
+
+    # -- rate limits --------------------------------------------------------------------------
+
+    def _gate(self, method: str) -> None:
+        """Refuse (without calling Slack) while a 429 on ``method`` has not run out."""
+        left = self._closed_until.get(method, 0.0) - time.monotonic()
+        if left > 0:
+            raise DeliveryError(f"{method}: rate limited for {left:.1f}s more", retry_after=left)
+
+    def _note(self, method: str, exc: Exception) -> None:
+        retry_after = retry_after_of(exc)
+        if retry_after is not None:
+            self._closed_until[method] = time.monotonic() + retry_after
+            log.info("slack: %s rate limited for %.1fs", method, retry_after)
+
+    async def _flush_edits(self) -> None:
+        """Send the newest held progress edit of each message once chat.update reopens."""
+        while self._held_edits:
+            wait = self._closed_until.get("chat.update", 0.0) - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)  # waiting out Retry-After, not synchronisation
+                continue
+            ref, message = next(iter(self._held_edits.items()))
+            del self._held_edits[ref]
+            try:
+                await self._update(ref, message)
+            except DeliveryError as exc:
+                if exc.retry_after and ref not in self._held_edits:
+                    self._held_edits[ref] = message
+                elif not exc.retry_after:
+                    log.info("slack: held progress edit dropped: %s", exc)
 
     async def close(self) -> None:
+        if self._flusher is not None:
+            if not self._flusher.done():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._flusher), timeout=5)
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._flusher
+            self._flusher = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -175,9 +237,11 @@ class SlackSurface:
             kwargs["text"] = _plain(message.text or " ")
         else:
             kwargs["markdown_text"] = message.text or " "
+        self._gate("chat.postMessage")
         try:
             response = await self.client.chat_postMessage(**kwargs)
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self._note("chat.postMessage", exc)
             if _unclear(exc):
                 self._unclear[reply_key] = (channel, thread_ts)
             raise slack_error(exc, "chat.postMessage") from exc
@@ -208,12 +272,26 @@ class SlackSurface:
         return None
 
     async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
+        try:
+            await self._update(ref, message)
+        except DeliveryError as exc:
+            if not exc.retry_after:
+                raise
+            self._held_edits[ref] = message  # the newest state wins once chat.update reopens
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush_edits(), name="slack-edits")
+            raise
+
+    async def _update(self, ref: str, message: Outgoing) -> None:
         channel, ts = split_ref(ref)
+        self._gate("chat.update")
+        self._held_edits.pop(ref, None)  # this newer edit replaces a held one
         try:
             await self.client.chat_update(
                 channel=channel, ts=ts, text=_plain(message.text or " "), blocks=blocks_for(message)
             )
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self._note("chat.update", exc)
             raise slack_error(exc, "chat.update") from exc
 
     async def upload(
@@ -229,12 +307,14 @@ class SlackSurface:
         kwargs: dict[str, Any] = {"channel": channel, "filename": name, "title": name}
         if thread_ts:
             kwargs["thread_ts"] = thread_ts
+        self._gate("files.completeUploadExternal")
         try:
             response = await self.client.files_upload_v2(content=data, **kwargs)
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self._note("files.completeUploadExternal", exc)
             raise slack_error(exc, "files_upload_v2") from exc
-        file = response.get("file") or {}
-        return f"{channel}:{file.get('id', reply_key)}"
+        files = response.get("files") or [{}]
+        return f"{channel}:{files[0].get('id') or reply_key}"
 
     async def typing(self, target: ReplyTarget) -> None:
         """The assistant thread status where the app has it; silently nothing elsewhere."""

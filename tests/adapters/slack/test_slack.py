@@ -1,0 +1,628 @@
+"""The Slack adapter: the real gateway, real bolt and the real AsyncWebClient against a fake
+Slack Web API; every request signed like Slack signs it (built from the platform vectors)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import hmac
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+import pytest
+from conftest import remove_accounts
+from slack_sdk.signature import SignatureVerifier
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_slack_api import Call, FakeSlackApi
+from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
+
+from bridge.errors import AdapterError
+from bridge.model import InboxState
+
+VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "slack"
+BOT_TOKEN = "xoxb-0000000000-test-token-for-the-fake"
+APP_TOKEN = "xapp-1-A0APP00001-test-app-token"
+SECRET = "0123456789abcdef0123456789abcdef"
+TEAM, CHANNEL, DM = "T0TEAM0001", "C0CHAN0001", "D0DIRECT001"
+ADA, GRACE, BOT = "U0USER0001", "U0USER0002", "U0BOT00001"
+MENTION_TS = "1764669600.000100"
+
+
+def vector(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((VECTORS / f"{name}.json").read_text())
+    return data
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeSlackApi]:
+    api = FakeSlackApi(BOT_TOKEN, app_token=APP_TOKEN)
+    await api.start()
+    yield api
+    await api.stop()
+
+
+@pytest.fixture
+def env(
+    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeSlackApi
+) -> Iterator[dict[str, str]]:
+    env = gateway_env(
+        tmp_path / "root",
+        fake_dir,
+        uid_range,
+        JAZZ_BRIDGE_SLACK__BOT_TOKEN=BOT_TOKEN,
+        JAZZ_BRIDGE_SLACK__SIGNING_SECRET=SECRET,
+        JAZZ_BRIDGE_SLACK__API_URL=fake.api_url,
+        JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE="true",
+    )
+    use_reference_runner(env, fake_dir)
+    yield env
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+def sign(body: bytes, *, secret: str = SECRET, timestamp: int | None = None) -> dict[str, str]:
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    base = b"v0:" + ts.encode() + b":" + body
+    digest = hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}"}
+
+
+async def send(
+    port: int,
+    body: bytes,
+    *,
+    form: bool = False,
+    headers: dict[str, str] | None = None,
+    signed: dict[str, str] | None = None,
+) -> tuple[int, str]:
+    h = {"Content-Type": "application/x-www-form-urlencoded" if form else "application/json"}
+    h.update(sign(body) if signed is None else signed)
+    h.update(headers or {})
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"http://127.0.0.1:{port}/slack/events", data=body, headers=h) as r,
+    ):
+        return r.status, await r.text()
+
+
+async def event(port: int, body: dict[str, Any], retry: int = 0) -> int:
+    headers = {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "timeout"} if retry else {}
+    status, _ = await send(port, json.dumps(body).encode(), headers=headers)
+    return status
+
+
+async def action(port: int, payload: dict[str, Any]) -> int:
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    status, _ = await send(port, body, form=True)
+    return status
+
+
+def message(
+    event_id: str,
+    text: str,
+    *,
+    user: str = ADA,
+    channel: str = CHANNEL,
+    ts: str,
+    thread_ts: str | None = None,
+    kind: str = "message",
+    **extra: Any,
+) -> dict[str, Any]:
+    ev: dict[str, Any] = {
+        "type": kind,
+        "user": user,
+        "text": text,
+        "ts": ts,
+        "channel": channel,
+        "event_ts": ts,
+        "team": TEAM,
+        **extra,
+    }
+    if kind == "message":
+        ev["channel_type"] = "im" if channel.startswith("D") else "channel"
+    if thread_ts:
+        ev["thread_ts"] = thread_ts
+    body = copy.deepcopy(vector("app_mention"))
+    body.update(event=ev, event_id=event_id)
+    return body
+
+
+def mention(event_id: str, text: str, ts: str, **kw: Any) -> dict[str, Any]:
+    return message(event_id, f"<@{BOT}> {text}", ts=ts, kind="app_mention", **kw)
+
+
+def posts(fake: FakeSlackApi, contains: str = "", channel: str | None = None) -> list[Call]:
+    return [
+        c
+        for c in fake.called("chat.postMessage")
+        if contains in str(c.args.get("markdown_text") or c.args.get("text") or "")
+        and (channel is None or c.args.get("channel") == channel)
+    ]
+
+
+async def wait_post(
+    fake: FakeSlackApi, contains: str, count: int = 1, timeout: float = 30, **kw: Any
+) -> list[Call]:
+    found: list[Call] = []
+
+    def check() -> bool:
+        nonlocal found
+        found = posts(fake, contains, **kw)
+        return len(found) >= count
+
+    try:
+        await wait_until(check, timeout, f"{count} chat.postMessage with {contains!r}")
+    except AssertionError as exc:  # say what the fake saw
+        seen = [
+            (c.method, c.status, str(c.args.get("markdown_text") or c.args.get("text"))[:70])
+            for c in fake.calls
+        ]
+        raise AssertionError(f"{exc}; the fake Slack API saw {seen}") from None
+    return found
+
+
+def sample(app: Any, name: str, **labels: str) -> float:
+    value = app.metrics.registry.get_sample_value(name, labels)
+    return float(value or 0.0)
+
+
+async def stored(app: Any) -> int:
+    return sum([len(await app.store.messages_in_state(s)) for s in InboxState])
+
+
+def buttons(call: Call) -> list[dict[str, Any]]:
+    return [
+        e
+        for block in call.args.get("blocks") or []
+        if block.get("type") == "actions"
+        for e in block["elements"]
+    ]
+
+
+def press_payload(value: str, user: str, call: Call, ts: str) -> dict[str, Any]:
+    payload = copy.deepcopy(vector("block_actions"))
+    payload["user"]["id"] = user
+    payload["container"].update(message_ts=ts, thread_ts=call.args.get("thread_ts"))
+    payload["container"]["channel_id"] = call.args["channel"]
+    payload["channel"]["id"] = call.args["channel"]
+    payload["message"].update(ts=ts, thread_ts=call.args.get("thread_ts"))
+    payload["actions"][0].update(value=value, action_id="jb_choice_0")
+    return payload
+
+
+def posted_ts(fake: FakeSlackApi, call: Call) -> str:
+    index = fake.called("chat.postMessage").index(call)
+    msgs = [m for ms in fake.messages.values() for m in ms]
+    ordered = sorted(msgs, key=lambda m: m["ts"])
+    return str(ordered[index]["ts"])
+
+
+# -- intake ------------------------------------------------------------------------------------
+
+
+def test_the_documented_signature_example_verifies() -> None:
+    doc = vector("signature")
+    verifier = SignatureVerifier(doc["signing_secret"], clock=_Clock(int(doc["timestamp"])))
+    body = doc["body"]
+    assert (
+        verifier.generate_signature(timestamp=doc["timestamp"], body=body)
+        == (doc["expected_signature"])
+    )
+    headers = {
+        "x-slack-request-timestamp": doc["timestamp"],
+        "x-slack-signature": doc["expected_signature"],
+    }
+    assert verifier.is_valid_request(body, headers)
+    assert not verifier.is_valid_request(body + "x", headers)
+    # and our own signing helper is the same algorithm
+    ours = sign(body.encode(), secret=doc["signing_secret"], timestamp=int(doc["timestamp"]))
+    assert ours["X-Slack-Signature"] == doc["expected_signature"]
+
+
+class _Clock:
+    def __init__(self, now: int) -> None:
+        self._now = now
+
+    def now(self) -> float:
+        return float(self._now)
+
+
+async def test_bad_or_stale_signatures_are_refused_and_counted(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    async with running_gateway(env) as (app, _client):
+        body = json.dumps(vector("app_mention")).encode()
+        bad = sign(body, secret="not-the-secret-at-all-0000000000")
+        assert (await send(app.port, body, signed=bad))[0] == 401
+        stale = sign(body, timestamp=int(time.time()) - 6 * 60)
+        assert (await send(app.port, body, signed=stale))[0] == 401
+        assert (await send(app.port, body, signed={}))[0] == 401
+        auth = "jazz_bridge_auth_failures_total"
+        assert sample(app, auth, platform="slack", reason="signature") == 1
+        assert sample(app, auth, platform="slack", reason="stale") == 1
+        assert sample(app, auth, platform="slack", reason="missing") == 1
+        assert await stored(app) == 0
+        # url_verification: the challenge comes back (signed, like every request)
+        status, text = await send(app.port, json.dumps(vector("url_verification")).encode())
+        assert status == 200
+        assert vector("url_verification")["challenge"] in text
+        assert await stored(app) == 0
+        assert not fake.called("chat.postMessage")
+
+
+async def test_a_retry_storm_runs_each_event_once_and_replies_in_the_thread(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    async with running_gateway(env) as (app, _client):
+        first = vector("app_mention")
+        for retry in range(4):  # the delivery and three redeliveries of the same event_id
+            assert await event(app.port, first, retry) == 200
+        (answer,) = await wait_post(fake, "summarize yesterday")
+        assert answer.args["thread_ts"] == MENTION_TS  # the mention's own ts starts the thread
+        assert answer.args["channel"] == CHANNEL
+        assert "<@U0BOT00001>" not in answer.args["markdown_text"]
+        assert "text" not in answer.args and "blocks" not in answer.args
+        assert answer.args["metadata"]["event_type"] == "jazz_bridge_reply"
+        dup = sample(app, "jazz_bridge_messages_total", platform="slack", outcome="duplicate")
+        assert dup == 3
+        # a reply in the thread without a mention continues the same conversation
+        reply = vector("thread_reply")
+        for retry in range(4):
+            assert await event(app.port, reply, retry) == 200
+        (second,) = await wait_post(fake, "follow-ups with owners")
+        assert second.args["thread_ts"] == MENTION_TS
+        assert "Earlier turns in this conversation: 1" in second.args["markdown_text"]
+        await wait_until(
+            lambda: sample(app, "jazz_bridge_runs_total", outcome="ok") == 2, 20, "two runs"
+        )
+        key = f"slack:{TEAM}:{CHANNEL}:{MENTION_TS}"
+        conv = await app.store.conversation_by_key(key)
+        assert conv is not None
+        done = await app.store.messages_in_state(InboxState.DONE)
+        assert {m.thread_key for m in done} == {key} and len(done) == 2
+        assert len(posts(fake, "summarize yesterday")) == 1
+        assert len(posts(fake, "follow-ups with owners")) == 1
+        # a plain message in a thread the bot is not part of is not a turn
+        other = message("Ev0OTHER", "just humans", ts="1764669700.000100", thread_ts="17.0")
+        assert await event(app.port, other) == 200
+        assert await stored(app) == 2
+
+
+async def test_a_dm_is_its_own_conversation_and_bots_and_edits_are_ignored(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    async with running_gateway(env) as (app, _client):
+        assert await event(app.port, vector("bot_message_ignored")) == 200
+        edited = message("Ev0EDIT", "", ts="1764670001.000100", channel=DM)
+        edited["event"].update(subtype="message_changed", message={"text": "edited"})
+        assert await event(app.port, edited) == 200
+        deleted = message("Ev0DEL", "", ts="1764670002.000100", channel=DM)
+        deleted["event"].update(subtype="message_deleted", deleted_ts="1764670000.000300")
+        assert await event(app.port, deleted) == 200
+        own = message("Ev0OWN", "my own answer", user=BOT, ts="1764670003.000100", channel=DM)
+        assert await event(app.port, own) == 200
+        assert await stored(app) == 0
+        assert sample(app, "jazz_bridge_messages_total", platform="slack", outcome="ignored") >= 3
+
+        assert await event(app.port, vector("direct_message")) == 200
+        (answer,) = await wait_post(fake, "deploy config since Monday", channel=DM)
+        assert "thread_ts" not in answer.args  # a DM is answered in the DM
+        later = message("Ev0DM2", "and since Tuesday?", ts="1764670100.000100", channel=DM)
+        assert await event(app.port, later) == 200
+        (second,) = await wait_post(fake, "since Tuesday", channel=DM)
+        assert "Earlier turns in this conversation: 1" in second.args["markdown_text"]
+        keys = {m.thread_key for m in await app.store.messages_in_state(InboxState.DONE)}
+        assert keys == {f"slack:{TEAM}:{DM}"}
+
+
+# -- buttons, commands -------------------------------------------------------------------------
+
+
+async def test_only_the_requester_may_answer_and_the_buttons_go_away(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    async with running_gateway(env) as (app, _client):
+        # a stale button first: "expired", said only to the presser
+        assert await action(app.port, vector("block_actions")) == 200
+        await wait_until(lambda: bool(fake.called("chat.postEphemeral")), 10, "an ephemeral")
+        (stale,) = fake.called("chat.postEphemeral")
+        assert "expired" in stale.args["text"] and stale.args["user"] == ADA
+
+        assert (
+            await event(app.port, mention("Ev0ASK", "!approve bash", ts="1764669800.000100")) == 200
+        )
+        (prompt,) = await wait_post(fake, "Approval needed")
+        assert prompt.args["thread_ts"] == "1764669800.000100"
+        approve = next(b for b in buttons(prompt) if b["text"]["text"] == "Approve")
+        ts = posted_ts(fake, prompt)
+
+        assert await action(app.port, press_payload(approve["value"], GRACE, prompt, ts)) == 200
+        await wait_until(lambda: len(fake.called("chat.postEphemeral")) == 2, 10, "ephemeral")
+        refusal = fake.called("chat.postEphemeral")[-1]
+        assert refusal.args["user"] == GRACE and refusal.args["text"].startswith("Only")
+        assert "can answer" in refusal.args["text"]
+        assert refusal.args["thread_ts"] == "1764669800.000100"
+        assert not posts(fake, "approved")  # Grace's press answered nothing
+
+        assert await action(app.port, press_payload(approve["value"], ADA, prompt, ts)) == 200
+        await wait_post(fake, "bash")  # the run goes on and answers
+        await wait_until(
+            lambda: any(c.args.get("ts") == ts for c in fake.called("chat.update")),
+            10,
+            "the prompt message updated",
+        )
+        update = next(c for c in fake.called("chat.update") if c.args.get("ts") == ts)
+        assert not buttons(update) and "approved" in update.args["text"].lower()
+        assert len(fake.called("chat.postEphemeral")) == 2
+
+
+async def test_stop_button_and_thread_commands(env: dict[str, str], fake: FakeSlackApi) -> None:
+    async with running_gateway(env) as (app, _client):
+        root = "1764669900.000100"
+        assert await event(app.port, mention("Ev0SLOW", "!delay 30", ts=root)) == 200
+
+        def bubble() -> list[Call]:
+            return [c for c in fake.called("chat.postMessage") if buttons(c)]
+
+        await wait_until(lambda: bool(bubble()), 15, "a progress message with a Stop button")
+        (stop,) = buttons(bubble()[0])
+        assert stop["text"]["text"] == "Stop" and bubble()[0].args["thread_ts"] == root
+        await wait_until(lambda: bool(fake.called("chat.update")), 10, "a progress edit")
+        assert fake.called("assistant.threads.setStatus")
+
+        def thread_cmd(n: int, text: str, user: str = ADA) -> dict[str, Any]:
+            return message(
+                f"Ev0CMD{n}", text, user=user, ts=f"1764669901.00{n:04d}", thread_ts=root
+            )
+
+        assert await event(app.port, thread_cmd(1, "!status")) == 200
+        (status,) = await wait_post(fake, "Running")
+        assert status.args["thread_ts"] == root
+        assert await event(app.port, thread_cmd(2, "!stop", user=GRACE)) == 200
+        await wait_post(fake, "who started this run")  # Grace may not stop Ada's run
+        assert await event(app.port, thread_cmd(3, "!help")) == 200
+        await wait_post(fake, "/new")
+
+        ts = posted_ts(fake, bubble()[0])
+        assert await action(app.port, press_payload(stop["value"], ADA, bubble()[0], ts)) == 200
+        await wait_post(fake, "Stopped by")
+        await wait_until(
+            lambda: any(
+                c.args.get("ts") == ts and not buttons(c) for c in fake.called("chat.update")
+            ),
+            10,
+            "the bubble closed without its button",
+        )
+        assert await event(app.port, thread_cmd(4, "!new")) == 200
+        await wait_post(fake, "fresh conversation")
+        assert await event(app.port, thread_cmd(5, "!delay 0.1 again")) == 200
+        (after,) = await wait_post(fake, "again")  # a runner directive still reaches the runner
+        assert "Earlier turns in this conversation: 0" in after.args["markdown_text"]
+
+
+async def test_jazz_slash_command_acts_on_the_channel_or_dm(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    async with running_gateway(env) as (app, _client):
+
+        async def slash(text: str, channel: str = CHANNEL, n: int = 0) -> tuple[int, str]:
+            form = {
+                "token": "x",
+                "team_id": TEAM,
+                "channel_id": channel,
+                "channel_name": "directmessage" if channel == DM else "incidents",
+                "user_id": ADA,
+                "user_name": "ada",
+                "command": "/jazz",
+                "text": text,
+                "response_url": "https://hooks.slack.com/commands/T/1/x",
+                "trigger_id": f"trigger-{n}",
+            }
+            return await send(app.port, urlencode(form).encode(), form=True)
+
+        status, text = await slash("help")
+        assert status == 200 and "!status" in text
+        status, text = await slash("status", n=1)
+        assert status == 200 and "No conversation" in text
+        assert await event(app.port, vector("app_mention")) == 200
+        await wait_post(fake, "summarize yesterday")
+        status, text = await slash("status", n=2)
+        assert status == 200 and "thread" in text
+        (answer,) = await wait_post(fake, "Idle")
+        assert answer.args["thread_ts"] == MENTION_TS and answer.args["channel"] == CHANNEL
+        status, _ = await slash("new", channel=DM, n=3)
+        assert status == 200
+        (fresh,) = await wait_post(fake, "fresh conversation", channel=DM)
+        assert "thread_ts" not in fresh.args
+
+
+# -- replies -----------------------------------------------------------------------------------
+
+
+async def test_a_long_answer_is_split_between_blocks(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    async with running_gateway(env) as (app, _client):
+        assert (
+            await event(app.port, mention("Ev0LONG", "!long 30000", ts="1764670200.000100")) == 200
+        )
+        await wait_until(
+            lambda: sample(app, "jazz_bridge_runs_total", outcome="ok") == 1, 30, "the run"
+        )
+        await wait_until(
+            lambda: sample(app, "jazz_bridge_replies_total", surface="slack", result="sent") >= 3,
+            30,
+            "the answer's parts",
+        )
+        parts = [c for c in posts(fake) if "markdown_text" in c.args]
+        assert len(parts) >= 3
+        text = "".join(str(c.args["markdown_text"]) for c in parts)
+        assert "Paragraph 1." in text
+        for call in parts:
+            body = str(call.args["markdown_text"])
+            assert len(body) <= 12_000
+            assert body.count("```") % 2 == 0  # never cut inside a code block
+            assert call.args["thread_ts"] == "1764670200.000100"
+        keys = [c.args["metadata"]["event_payload"]["reply_key"] for c in parts]
+        assert len(keys) == len(set(keys))
+
+
+async def test_an_artifact_is_uploaded_into_the_thread(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    async with running_gateway(env) as (app, _client):
+        root = "1764670300.000100"
+        assert await event(app.port, mention("Ev0ART", "!artifact plot.png", ts=root)) == 200
+        await wait_until(
+            lambda: bool(fake.called("files.completeUploadExternal")), 30, "the upload"
+        )
+        (url,) = fake.called("files.getUploadURLExternal")
+        assert url.args["filename"] == "plot.png"
+        (upload,) = [c for c in fake.calls if c.method == "upload"]
+        assert upload.data is not None and upload.data.startswith(b"\x89PNG")
+        (done,) = fake.called("files.completeUploadExternal")
+        assert done.args["channel_id"] == CHANNEL and done.args["thread_ts"] == root
+
+
+async def test_a_shared_file_is_downloaded_into_the_home(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    async with running_gateway(env) as (app, _client):
+        f = fake.add_file("notes.txt", b"incident notes\n")
+        body = mention("Ev0FILE", "read this", ts="1764670400.000100", files=[f])
+        body["event"]["subtype"] = "file_share"
+        assert await event(app.port, body) == 200
+        (answer,) = await wait_post(fake, "read this")
+        assert "Attachments: 1" in answer.args["markdown_text"]
+        (download,) = fake.downloads
+        assert download == (f["id"], f"Bearer {BOT_TOKEN}")
+        key = f"slack:{TEAM}:{CHANNEL}:1764670400.000100"
+        home = await asyncio.to_thread(app.provisioned.homes.ensure, key)
+        (saved,) = (home.path / "workspace" / "attachments").glob("*notes.txt")
+        assert saved.read_bytes() == b"incident notes\n"
+        assert str(saved) in answer.args["markdown_text"]
+        assert saved.stat().st_uid == home.account.uid
+
+        login = fake.add_file("secret.pdf", b"%PDF", login_page=True)
+        body = mention("Ev0LOGIN", "and this", ts="1764670500.000100", files=[login])
+        assert await event(app.port, body) == 200
+        (error,) = await wait_post(fake, "login page")
+        assert error.args["thread_ts"] == "1764670500.000100"
+        home2 = await asyncio.to_thread(
+            app.provisioned.homes.ensure, f"slack:{TEAM}:{CHANNEL}:1764670500.000100"
+        )
+        assert not list((home2.path / "workspace" / "attachments").glob("*secret.pdf"))
+
+
+async def test_a_429_on_chat_update_is_honoured_and_the_answer_sent_once(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    fake.fail("chat.update", "429", retry_after=2)
+    async with running_gateway(env) as (app, _client):
+        assert await event(app.port, mention("Ev0RATE", "!delay 4", ts="1764670600.000100")) == 200
+        await wait_post(fake, "You said")
+        await wait_until(
+            lambda: sample(app, "jazz_bridge_replies_total", surface="slack", result="sent") >= 1,
+            10,
+            "the answer recorded as sent",
+        )
+        refused = [c for c in fake.calls if c.method == "chat.update" and c.status == 429]
+        assert len(refused) == 1
+        later = [c for c in fake.called("chat.update") if c.at > refused[0].at]
+        await wait_until(lambda: bool(fake.called("chat.update")), 10, "an edit after the 429")
+        later = [c for c in fake.called("chat.update") if c.at > refused[0].at]
+        assert later and later[0].at - refused[0].at >= 1.9  # nothing inside Retry-After
+        assert len(posts(fake, "You said")) == 1
+
+
+@pytest.mark.parametrize("kind", ["5xx", "drop"])
+async def test_an_unclear_post_failure_is_checked_not_resent(
+    env: dict[str, str], fake: FakeSlackApi, kind: str
+) -> None:
+    fake.fail(
+        "chat.postMessage",
+        kind,
+        commit=True,  # Slack posted it, the gateway can't know
+        when=lambda a: "incident notes" in str(a.get("markdown_text")),
+    )
+    async with running_gateway(env) as (app, _client):
+        assert await event(app.port, vector("app_mention")) == 200
+        await wait_until(
+            lambda: bool(fake.called("conversations.replies")), 20, "the metadata lookup"
+        )
+        (lookup,) = fake.called("conversations.replies")
+        assert lookup.args["ts"] == MENTION_TS
+        assert str(lookup.args["include_all_metadata"]).lower() in ("1", "true")
+        await wait_until(
+            lambda: sample(app, "jazz_bridge_replies_total", surface="slack", result="sent") >= 1,
+            10,
+            "the reply recorded as sent",
+        )
+        landed = [m for m in fake.thread(CHANNEL, MENTION_TS) if "incident notes" in m["text"]]
+        assert len(landed) == 1
+        attempts = [c for c in fake.calls if "incident notes" in str(c.args.get("markdown_text"))]
+        assert len(attempts) == 1  # never resent
+
+
+async def test_allowlists_and_configuration_errors(env: dict[str, str], fake: FakeSlackApi) -> None:
+    no_list = dict(env, JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE="false")
+    with pytest.raises(AdapterError, match=r"slack\.allowed_teams"):
+        async with running_gateway(no_list):
+            pass
+    no_secret = {k: v for k, v in env.items() if k != "JAZZ_BRIDGE_SLACK__SIGNING_SECRET"}
+    with pytest.raises(AdapterError, match=r"slack\.signing_secret"):
+        async with running_gateway(no_secret):
+            pass
+    for key, value in (
+        ("ALLOWED_TEAMS", '["T0OTHER"]'),
+        ("ALLOWED_CHANNELS", '["C0OTHER"]'),
+        ("ALLOWED_USERS", f'["{GRACE}"]'),
+    ):
+        limited = dict(no_list, **{f"JAZZ_BRIDGE_SLACK__{key}": value})
+        async with running_gateway(limited) as (app, _client):
+            assert await event(app.port, vector("app_mention")) == 200  # Ada in C0CHAN0001
+            assert (
+                sample(app, "jazz_bridge_messages_total", platform="slack", outcome="denied") == 1
+            )
+            assert await stored(app) == 0
+    assert not fake.called("chat.postMessage")
+    ada_only = dict(no_list, JAZZ_BRIDGE_SLACK__ALLOWED_USERS=f'["{ADA}"]')
+    async with running_gateway(ada_only) as (app, _client):
+        assert await event(app.port, vector("app_mention")) == 200
+        await wait_post(fake, "summarize yesterday")
+
+
+async def test_socket_mode_goes_through_bolt(env: dict[str, str], fake: FakeSlackApi) -> None:
+    socket = {k: v for k, v in env.items() if k != "JAZZ_BRIDGE_SLACK__SIGNING_SECRET"}
+    socket.update(JAZZ_BRIDGE_SLACK__MODE="socket", JAZZ_BRIDGE_SLACK__APP_TOKEN=APP_TOKEN)
+    async with running_gateway(socket) as (app, _client):
+        (opened,) = fake.called("apps.connections.open")
+        envelope = {
+            "envelope_id": "env-0001",
+            "type": "events_api",
+            "payload": vector("app_mention"),
+            "accepts_response_payload": False,
+            "retry_attempt": 0,
+            "retry_reason": "",
+        }
+        await fake.socket_send(envelope)
+        await wait_until(lambda: bool(fake.socket_acks), 20, "the envelope acked")
+        assert fake.socket_acks[0]["envelope_id"] == "env-0001"
+        (answer,) = await wait_post(fake, "summarize yesterday")
+        assert answer.args["thread_ts"] == MENTION_TS
+        await fake.socket_send(dict(envelope, envelope_id="env-0002", retry_attempt=1))
+        await wait_until(lambda: len(fake.socket_acks) == 2, 20, "the redelivery acked")
+        assert sample(app, "jazz_bridge_messages_total", platform="slack", outcome="duplicate") == 1
+        # socket mode receives nothing over HTTP, and no signing secret is needed
+        assert await event(app.port, vector("app_mention")) == 404
+        assert {a.name: a.health() for a in app.adapters}["slack"] is None
+    assert opened.status == 200
+    assert {a.name: a.health() for a in app.adapters}["slack"] == "socket mode closed"
