@@ -28,7 +28,7 @@ from bridge.errors import AdapterError
 from bridge.model import Attachment, Inbound
 from bridge.ports import AdapterContext, PressStatus, SubmitStatus
 
-from .spec import SlackSettings
+from .spec import SLASH_COMMAND, SlackSettings
 from .surface import SlackSurface, blocks_for
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class SlackAdapter:
         )
         app.event(re.compile(r".*"))(self._on_event)
         app.action(re.compile(r".*"))(self._on_action)  # old buttons too: "expired"
-        app.command("/jazz")(self._on_command)
+        app.command(SLASH_COMMAND)(self._on_command)
         self._app = app
 
     async def start(self) -> None:

@@ -8,6 +8,25 @@ from pydantic import BaseModel, ConfigDict, SecretStr
 
 from bridge.ports import Adapter, AdapterContext, AdapterSpec
 
+# What the Slack app must subscribe to and be granted (deploy/slack/manifest*.yaml are
+# checked against these by a test): the events the adapter turns into messages, and one
+# scope per thing it does.
+BOT_EVENTS = frozenset(
+    {"app_mention", "message.channels", "message.groups", "message.im", "message.mpim"}
+)
+BOT_SCOPES = {
+    "app_mentions:read": "app_mention: a mention starts a conversation in a thread",
+    "channels:history": "message.channels, and conversations.replies after an unclear post",
+    "groups:history": "message.groups (private channels)",
+    "im:history": "message.im (DMs), and conversations.history after an unclear post",
+    "mpim:history": "message.mpim (group DMs)",
+    "chat:write": "postMessage, update, postEphemeral, assistant.threads.setStatus",
+    "files:read": "downloading files shared with a message",
+    "files:write": "files_upload_v2 of the agent's artifacts",
+    "commands": "the /jazz slash command",
+}
+SLASH_COMMAND = "/jazz"
+
 
 class SlackSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
