@@ -2,9 +2,12 @@
 
 A reply is recorded in the store before it is sent (with its run's outcome, in one
 transaction) and marked ``sent`` after the platform call, so after a crash every reply not
-yet marked sent is sent at start and none that was marked sent is sent again (a crash in the
-instant between a platform's answer and the mark can repeat that one reply; retries are
-counted as ``sending``).
+yet marked sent is sent at start and none that was marked sent is sent again. A reply that
+may have landed without its mark (one found at start, or retried after a failure whose
+request may have gone through) is first looked up on a surface that can tell
+(``Capabilities.confirm_delivery``, :class:`~bridge.ports.ConfirmsDelivery`): found, it is
+marked sent with that reference and not sent again (exactly once); elsewhere it is sent
+again (at least once). Retries are counted as ``sending``.
 Transient failures are retried with backoff (honouring a platform's retry-after); a
 permanent one is recorded as failed and logged, never silently dropped.
 """
@@ -22,7 +25,7 @@ from provisioning.errors import UnsafePathError
 from .files import read_in_home
 from .metrics import Metrics
 from .model import Outgoing, ReplyKind, ReplyState
-from .ports import DeliveryError, Surface
+from .ports import ConfirmsDelivery, DeliveryError, Surface
 from .store import ReplyRecord, Store
 
 log = logging.getLogger(__name__)
@@ -51,26 +54,33 @@ class Deliverer:
     def _lock(self, conversation_id: int) -> asyncio.Lock:
         return self._locks.setdefault(conversation_id, asyncio.Lock())
 
-    async def deliver(self, records: list[ReplyRecord]) -> None:
-        """Send ``records`` in order (one conversation's replies never overtake each other)."""
+    async def deliver(self, records: list[ReplyRecord], *, in_doubt: bool = False) -> None:
+        """Send ``records`` in order (one conversation's replies never overtake each other).
+
+        ``in_doubt``: these may have landed already (replies found undelivered at start).
+        """
         by_conv: dict[int, list[ReplyRecord]] = {}
         for rec in records:
             by_conv.setdefault(rec.conversation_id, []).append(rec)
-        await asyncio.gather(*(self._deliver_conv(cid, recs) for cid, recs in by_conv.items()))
+        await asyncio.gather(
+            *(self._deliver_conv(cid, recs, in_doubt) for cid, recs in by_conv.items())
+        )
 
-    async def _deliver_conv(self, conversation_id: int, records: list[ReplyRecord]) -> None:
+    async def _deliver_conv(
+        self, conversation_id: int, records: list[ReplyRecord], in_doubt: bool
+    ) -> None:
         async with self._lock(conversation_id):
             for rec in records:
                 # records come straight from the store's write (or its recovery query), so
                 # their state is current; one already sent is never sent again
                 if rec.state in (ReplyState.SENT, ReplyState.FAILED) or rec.id in self._done:
                     continue
-                await self._deliver_one(rec)
+                await self._deliver_one(rec, in_doubt)
                 self._done.add(rec.id)
                 if len(self._done) > DONE_MEMORY:
                     self._done.clear()
 
-    async def _deliver_one(self, rec: ReplyRecord) -> None:
+    async def _deliver_one(self, rec: ReplyRecord, in_doubt: bool) -> None:
         surface = self.surfaces.get(rec.target.surface)
         if surface is None:
             log.warning(
@@ -79,12 +89,24 @@ class Deliverer:
                 rec.target.surface,
             )
             return
+        confirms = surface.capabilities.confirm_delivery and isinstance(surface, ConfirmsDelivery)
+        doubt = in_doubt or rec.attempts > 0
         attempt = rec.attempts
         while True:
             attempt += 1
             if attempt > 1:  # a retry: count it (a first attempt costs no extra write)
                 await self.store.mark_reply(rec.id, ReplyState.SENDING)
             try:
+                found = None
+                if doubt and confirms:
+                    assert isinstance(surface, ConfirmsDelivery)
+                    found = await self._landed(surface, rec, last=attempt >= MAX_ATTEMPTS)
+                if found is not None:
+                    log.info("reply %d had landed before (%s): not sent again", rec.id, found)
+                    await self.store.mark_reply(rec.id, ReplyState.SENT, platform_ref=found)
+                    self.metrics.replies.labels(rec.target.surface, "confirmed").inc()
+                    return
+                doubt = True  # from here on, a failed attempt may have landed
                 ref = await self._send(surface, rec)
             except DeliveryError as exc:
                 if exc.permanent or attempt >= MAX_ATTEMPTS:
@@ -106,6 +128,21 @@ class Deliverer:
             log.info("reply %d: retrying in %.1fs (attempt %d)", rec.id, delay, attempt)
             self.metrics.replies.labels(rec.target.surface, "retried").inc()
             await asyncio.sleep(delay)  # backoff between attempts, not synchronisation
+
+    async def _landed(
+        self, surface: ConfirmsDelivery, rec: ReplyRecord, *, last: bool
+    ) -> str | None:
+        """Where the reply landed, if it did. On the last attempt, "cannot tell" means send:
+        a second copy is better than no answer at all."""
+        try:
+            return await surface.find_sent(rec.target, rec.dedupe_key)
+        except (DeliveryError, OSError, TimeoutError) as exc:
+            if not last:
+                raise
+            log.warning(
+                "reply %d: cannot tell whether it landed (%s); sending it again", rec.id, exc
+            )
+            return None
 
     async def _failed(self, rec: ReplyRecord, error: str) -> None:
         log.error("reply %d to %s could not be delivered: %s", rec.id, rec.target.thread_key, error)

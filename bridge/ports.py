@@ -37,6 +37,9 @@ class Capabilities:
     typing: bool = False  # has a typing / status indicator
     max_length: int = 4000  # characters per message, after conversion
     edit_interval_s: float = 1.0  # fastest progress edits the platform tolerates
+    # can tell whether a reply already landed (its surface implements ConfirmsDelivery):
+    # a reply that may have been in flight (at a crash, before a retry) is looked up first
+    confirm_delivery: bool = False
 
 
 class DeliveryError(BridgeError):
@@ -75,6 +78,25 @@ class Surface(Protocol):
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """Fetch an inbound attachment's bytes (at most ``max_bytes``)."""
+
+
+@runtime_checkable
+class ConfirmsDelivery(Protocol):
+    """A surface that can find a reply it already delivered, by its reply key.
+
+    Delivery records a reply, sends it, then marks it sent; a crash between the platform's
+    answer and the mark (or a timeout whose request did land) leaves a reply that may or
+    may not be on the platform. Before sending such a reply again, the core asks the
+    surface (when its :class:`Capabilities` say ``confirm_delivery``), so a reply is
+    delivered exactly once where the platform can say so (Slack: every message carries its
+    reply key in message metadata), and at least once elsewhere.
+    """
+
+    async def find_sent(self, target: ReplyTarget, reply_key: str) -> str | None:
+        """The platform's reference to the message or file sent with ``reply_key`` in
+        ``target`` (what ``send``/``upload`` returned, or would have), or None when none
+        landed. Raise :class:`DeliveryError` (or ``OSError``/``TimeoutError``) when it
+        cannot tell now: the core asks again later rather than risk a second copy."""
 
 
 class SubmitStatus(StrEnum):

@@ -156,7 +156,7 @@ class Engine:
             log.info("delivering %d reply(ies) left undelivered", len(pending))
             for rec in pending:
                 self._home_names.setdefault(rec.conversation_id, "")
-            self._spawn(self.deliverer.deliver(pending), "recover-delivery")
+            self._spawn(self.deliverer.deliver(pending, in_doubt=True), "recover-delivery")
         accepted = await self.store.messages_in_state(InboxState.ACCEPTED)
         for msg in accepted:
             self._dispatch(msg)

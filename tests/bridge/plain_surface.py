@@ -87,3 +87,64 @@ def _enabled(settings: Any) -> bool:
 
 
 SPEC = AdapterSpec("plain", "plain", PlainSettings, _factory, _enabled)
+
+
+# -- a surface that can tell whether a reply landed (like Slack's reply-key metadata) ---------
+
+
+class Platform:
+    """What the platform itself holds: it outlives gateway restarts, as a real one does."""
+
+    def __init__(self) -> None:
+        self.landed: dict[str, str] = {}  # reply key -> the platform's reference
+        self.posts: list[str] = []  # every reply key posted, duplicates included
+        self.lookups: list[str] = []
+        # reply-key prefixes: the gateway "dies" after the post, before its mark / the post
+        # lands but its answer is lost (a timeout), once
+        self.hang_after_landing: tuple[str, ...] = ()
+        self.fail_after_landing: tuple[str, ...] = ()
+        self.hanging = asyncio.Event()
+
+
+PLATFORM = Platform()
+
+
+class ConfirmingSurface(PlainSurface):
+    name = "confirm"
+    capabilities = Capabilities(max_length=2000, confirm_delivery=True)
+
+    async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
+        ref = f"ts-{len(PLATFORM.posts) + 1}"
+        PLATFORM.posts.append(reply_key)
+        PLATFORM.landed[reply_key] = ref
+        await super().send(target, message, reply_key=reply_key)
+        if reply_key.startswith(PLATFORM.hang_after_landing):
+            PLATFORM.hanging.set()
+            await asyncio.Event().wait()  # never returns: the process dies here
+        if reply_key.startswith(PLATFORM.fail_after_landing):
+            PLATFORM.fail_after_landing = ()
+            raise TimeoutError("the platform's answer never came")
+        return ref
+
+    async def find_sent(self, target: ReplyTarget, reply_key: str) -> str | None:
+        PLATFORM.lookups.append(reply_key)
+        return PLATFORM.landed.get(reply_key)
+
+
+class ConfirmingAdapter(PlainAdapter):
+    name = "confirm"
+
+    def __init__(self, ctx: AdapterContext) -> None:
+        self.ctx = ctx
+        self.surface = ConfirmingSurface()
+        CONFIRMING.append(self)
+
+
+CONFIRMING: list[ConfirmingAdapter] = []
+
+
+def _confirming(ctx: AdapterContext) -> Adapter:
+    return ConfirmingAdapter(ctx)
+
+
+CONFIRM_SPEC = AdapterSpec("confirm", "confirm", PlainSettings, _confirming, _enabled)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,3 +87,83 @@ async def test_web_chat_beyond_loopback_needs_a_token(env: dict[str, str]) -> No
     with pytest.raises(AdapterError, match=r"web\.token"):
         async with running_gateway(env):
             pass
+
+
+@pytest.fixture
+def platform() -> plain_surface.Platform:
+    plain_surface.PLATFORM = plain_surface.Platform()  # a fresh platform per test
+    return plain_surface.PLATFORM
+
+
+CONFIRM = {"confirm": plain_surface.CONFIRM_SPEC}
+
+
+async def _submit(text: str, event_id: str) -> None:
+    gateway = plain_surface.CONFIRMING[-1].ctx.gateway
+    await gateway.submit(
+        Inbound(
+            platform="confirm",
+            event_id=event_id,
+            thread_key="confirm:room",
+            sender_id="u",
+            text=text,
+        )
+    )
+
+
+async def test_a_reply_that_landed_before_a_crash_is_not_sent_again(
+    env: dict[str, str], platform: plain_surface.Platform
+) -> None:
+    platform.hang_after_landing = ("answer:",)
+    async with running_gateway(env, CONFIRM):
+        await _submit("hello", "e1")
+        await asyncio.wait_for(platform.hanging.wait(), 20)
+    # the gateway "died" after the platform took the answer, before marking it sent
+    db = Path(env["JAZZ_BRIDGE_ROOT"]) / "state" / "bridge.db"
+    store = SqliteStore(db)
+    await store.open()
+    try:
+        (answer,) = [
+            r for r in await store.undelivered_replies() if r.dedupe_key.startswith("answer:")
+        ]
+        # and one more reply recorded but never posted: recovery must still send that one
+        late = NewReply(
+            "late:1", answer.conversation_id, Outgoing(ReplyKind.NOTICE, "late"), answer.target
+        )
+        (late_rec,) = await store.add_replies([late])
+    finally:
+        await store.close()
+    assert platform.posts == [answer.dedupe_key]
+
+    platform.hang_after_landing = ()
+    async with running_gateway(env, CONFIRM) as (app, _client):
+        surface = plain_surface.CONFIRMING[-1].surface
+        await wait_until(lambda: surface.texts() == ["late"], 15, "the late reply")
+
+        async def settled() -> bool:
+            rec = await app.store.get_reply(answer.id)
+            return rec is not None and rec.state is ReplyState.SENT
+
+        await wait_until(settled, 15, "the answer marked sent")
+        rec = await app.store.get_reply(answer.id)
+        assert rec is not None and rec.platform_ref == platform.landed[answer.dedupe_key]
+        late_now = await app.store.get_reply(late_rec.id)
+        assert late_now is not None and late_now.state is ReplyState.SENT
+    assert platform.posts == [answer.dedupe_key, "late:1"]  # the answer exactly once
+    assert answer.dedupe_key in platform.lookups and "late:1" in platform.lookups
+
+
+async def test_a_retry_after_a_lost_platform_answer_looks_before_sending(
+    env: dict[str, str], platform: plain_surface.Platform
+) -> None:
+    platform.fail_after_landing = ("answer:",)
+    async with running_gateway(env, CONFIRM) as (app, _client):
+        await _submit("hello", "e2")
+        await wait_until(lambda: len(platform.lookups) == 1, 20, "a lookup before the retry")
+
+        async def sent() -> bool:
+            return not [r for r in await app.store.undelivered_replies()]
+
+        await wait_until(sent, 15, "every reply marked sent")
+    answers = [k for k in platform.posts if k.startswith("answer:")]
+    assert len(answers) == 1 and platform.lookups == answers
