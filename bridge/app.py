@@ -26,7 +26,10 @@ from provisioning.sandbox import resolve_isolation
 from .config import CoreSettings
 from .errors import AdapterError
 from .metrics import Metrics
+from .operators import Operators
+from .ops import add_ops_routes
 from .ports import Adapter, AdapterContext, AdapterSpec
+from .retention import Sweeper
 from .runner import CliRunner, RunnerBackend, default_command
 from .server import build_app
 from .store import SqliteStore, Store
@@ -119,6 +122,7 @@ class GatewayApp:
         self.runner: web.AppRunner | None = None
         self.site: web.TCPSite | None = None
         self.provisioned: Provisioned | None = None
+        self.sweeper: Sweeper | None = None
 
     @property
     def port(self) -> int:
@@ -161,6 +165,12 @@ class GatewayApp:
         )
         for adapter in self.adapters:
             adapter.add_routes(self.web_app)
+        operators = Operators(self.store, self.provisioned.root.layout, self.provisioned.isolated)
+        if self.settings.ops.token is not None:
+            add_ops_routes(self.web_app, operators, self.settings.ops.token)
+        self.sweeper = Sweeper(
+            self.settings.retention, self.store, operators, self.provisioned.root
+        )
         for adapter in self.adapters:
             await adapter.initialize()
 
@@ -173,6 +183,8 @@ class GatewayApp:
     async def start(self) -> None:
         assert self.engine is not None and self.web_app is not None
         await self.engine.start()
+        if self.sweeper is not None:
+            self.sweeper.start()
         self.runner = web.AppRunner(self.web_app, access_log=None, handle_signals=False)
         await self.runner.setup()
         self.site = web.TCPSite(
@@ -193,6 +205,8 @@ class GatewayApp:
         grace = self.settings.server.shutdown_grace_s
         if self.engine is not None:
             self.engine.stopping = True
+        if self.sweeper is not None:
+            await self.sweeper.stop()
         for adapter in self.adapters:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(adapter.stop(), timeout=2)

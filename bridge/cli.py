@@ -185,23 +185,89 @@ def _operator_view(args: argparse.Namespace, settings: CoreSettings) -> int:
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
-    cols = [
-        "threadKey",
-        "platform",
-        "account",
-        "lastActive",
-        "runs",
-        "failures",
-        "costUSD",
-        "unpricedRuns",
-        "sizeBytes",
-        "archived",
-        "home",
-    ]
+    from .operators import LIST_COLUMNS as cols
+
     table = [cols] + [[str(r[c]) for c in cols] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
     for row in table:
         _out("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _archive_view(args: argparse.Namespace, settings: CoreSettings) -> int:
+    """``homes archive`` and ``homes restore``: idle homes into archive/ and back."""
+    import time
+
+    from provisioning.archive import is_archived
+
+    from .app import provision
+    from .operators import Operators
+    from .store import ConversationRecord, SqliteStore
+
+    prov = provision(settings, repair_homes=False)
+    layout = prov.root.layout
+    if not layout.database.exists():
+        raise BridgeError(f"no gateway state at {layout.database}: is root {layout.root} right?")
+
+    async def find(ops: Operators, key: str) -> ConversationRecord:
+        conv = await ops.find(key)
+        if conv is None:
+            raise BridgeError(
+                f"no conversation matches {key!r} (a thread key, a home path, a Slack "
+                "permalink or a t.me link); see jazz-bridge homes list"
+            )
+        return conv
+
+    async def go() -> int:
+        store = SqliteStore(layout.database)
+        await store.open()
+        try:
+            ops = Operators(store, layout, prov.isolated)
+            if args.homes_cmd == "restore":
+                conv = await find(ops, args.key)
+                if not await asyncio.to_thread(is_archived, layout, conv.home):
+                    raise BridgeError(f"{conv.thread_key} is not archived (see homes list)")
+                home = await asyncio.to_thread(prov.homes.ensure, conv.thread_key)
+                if args.json:
+                    _dump(home.as_dict())
+                else:
+                    _out(str(home.path))
+                return 0
+            idle_days = args.idle_days
+            if args.key is not None:
+                conv = await find(ops, args.key)
+                if idle_days is not None and conv.last_active_at > time.time() - idle_days * 86400:
+                    raise BridgeError(
+                        f"{conv.thread_key} was active within the last {idle_days:g} days; "
+                        "leave out --idle-days to archive it anyway"
+                    )
+                rows = [{"threadKey": conv.thread_key, "archived": True}]
+                rows[0].update((await ops.archive(conv, prov.root)).as_dict())
+            else:
+                idle_days = idle_days or settings.retention.archive_idle_days
+                if idle_days is None:
+                    raise BridgeError(
+                        "say which homes: a thread key, or --idle-days N (or set "
+                        "retention.archive_idle_days)"
+                    )
+                rows = await ops.archive_idle(prov.root, idle_days)
+            if args.json:
+                _dump(rows)
+            else:
+                for row in rows:
+                    if row["archived"]:
+                        _out(
+                            f"archived {row['threadKey']} -> {row['tarball']} "
+                            f"({row['sizeBytes']} bytes)"
+                        )
+                    else:
+                        _out(f"not archived {row['threadKey']}: {row['reason']}")
+                if not rows:
+                    _out(f"no home idle for {idle_days:g} days")
+            return 0 if all(r["archived"] for r in rows) else 1
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
 
 
 def cmd_homes(args: argparse.Namespace, settings: CoreSettings, _: dict[str, AdapterSpec]) -> int:
@@ -209,6 +275,8 @@ def cmd_homes(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Ada
 
     if args.homes_cmd in ("list", "show"):
         return _operator_view(args, settings)
+    if args.homes_cmd in ("archive", "restore"):
+        return _archive_view(args, settings)
 
     if args.homes_cmd == "path":
         from provisioning import naming
@@ -303,6 +371,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = hs.add_parser(
         "show", parents=[common, root_opt], help="a conversation's runs, prompts and paths"
     )
+    p.add_argument("key", help="thread key, home path, Slack permalink or t.me link")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_homes)
+    p = hs.add_parser(
+        "archive",
+        parents=[common, root_opt],
+        help="pack idle homes into <root>/archive/ (never one with a run, queue or prompt)",
+    )
+    p.add_argument("key", nargs="?", help="one conversation (else every home idle long enough)")
+    p.add_argument(
+        "--idle-days", type=float, help="only homes idle this long (default retention's)"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_homes)
+    p = hs.add_parser("restore", parents=[common, root_opt], help="bring an archived home back")
     p.add_argument("key", help="thread key, home path, Slack permalink or t.me link")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_homes)

@@ -7,6 +7,7 @@ home, its runs and its transcript without reading the database by hand.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -18,12 +19,30 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from provisioning.layout import Layout
+from provisioning.archive import ArchiveResult, archive_home, is_archived, tarball_path
+from provisioning.layout import Layout, RootInfo
 
+from .errors import BridgeError
+from .model import InboxState
 from .progress import cost_text
 from .store import ConversationRecord, Store
 
 RUN_SCAN_LIMIT = 100_000
+LIST_COLUMNS = (
+    "threadKey",
+    "platform",
+    "account",
+    "created",
+    "lastActive",
+    "runs",
+    "failures",
+    "costUSD",
+    "unpricedRuns",
+    "sizeBytes",
+    "archived",
+    "home",
+)
+"""The columns of ``homes list`` and of the /ops page, in order."""
 
 
 def _iso(ts: float | None) -> str | None:
@@ -144,6 +163,13 @@ class Operators:
         known = sum(o.cost_usd for o in done if o.cost_known)
         unpriced = sum(1 for o in done if not o.cost_known)
         path = self.layout.home(conv.home)
+        archived = await asyncio.to_thread(is_archived, self.layout, conv.home)
+        if not size:
+            used = 0
+        elif archived:
+            used = (await asyncio.to_thread(tarball_path(self.layout, conv.home).stat)).st_size
+        else:
+            used = await asyncio.to_thread(disk_usage, path)
         return {
             "threadKey": conv.thread_key,
             "platform": conv.platform,
@@ -156,9 +182,8 @@ class Operators:
             "failures": sum(1 for o in done if not o.ok),
             "costUSD": round(known, 6),
             "unpricedRuns": unpriced,
-            "sizeBytes": disk_usage(path) if size and path.exists() else 0,
-            "archived": not path.exists()
-            and (self.layout.archive / f"{conv.home}.tar.gz").exists(),
+            "sizeBytes": used,
+            "archived": archived,
         }
 
     async def listing(
@@ -202,3 +227,54 @@ class Operators:
         data["workspace"] = str(home / "workspace")
         data["jazzConversation"] = f"{conv.thread_key}#{conv.epoch}"
         return data
+
+    # -- idle homes --------------------------------------------------------------------------
+
+    async def busy_reason(self, conv: ConversationRecord) -> str | None:
+        """Why ``conv`` must not be archived now (a run, a queued message, a prompt), if so."""
+        if await self.store.count_in_state(conv.id, InboxState.RUNNING):
+            return "has a run in flight"
+        queued = await self.store.count_in_state(conv.id, InboxState.ACCEPTED)
+        if queued:
+            return f"has {queued} message(s) queued"
+        if await self.store.pending_prompts(conv.id):
+            return "has a prompt waiting for an answer"
+        if any(r.conversation_id == conv.id for r in await self.store.undelivered_replies()):
+            return "has replies not yet delivered (files are sent from its home)"
+        return None
+
+    async def archive(self, conv: ConversationRecord, root: RootInfo) -> ArchiveResult:
+        """Pack ``conv``'s home away; ArchiveBusy when it is not idle (checked under the lock)."""
+        loop = asyncio.get_running_loop()
+
+        def check() -> None:  # runs on the archiving thread, under the archive lock
+            reason = asyncio.run_coroutine_threadsafe(self.busy_reason(conv), loop).result()
+            if reason is not None:
+                raise ArchiveBusy(f"{conv.thread_key} {reason}; it can be archived once it is idle")
+
+        return await asyncio.to_thread(archive_home, root, conv.home, check)
+
+    async def idle(self, idle_days: float) -> list[ConversationRecord]:
+        """Conversations not active for ``idle_days`` whose home is on disk, oldest first."""
+        cutoff = time.time() - idle_days * 86400
+        stale = [c for c in await self.store.conversations() if c.last_active_at < cutoff]
+        present = [
+            c for c in stale if await asyncio.to_thread(os.path.isdir, self.layout.home(c.home))
+        ]
+        return sorted(present, key=lambda c: c.last_active_at)
+
+    async def archive_idle(self, root: RootInfo, idle_days: float) -> list[dict[str, Any]]:
+        """Archive every idle home that is not busy; one row per home tried."""
+        rows: list[dict[str, Any]] = []
+        for conv in await self.idle(idle_days):
+            row: dict[str, Any] = {"threadKey": conv.thread_key, "home": conv.home}
+            try:
+                row.update((await self.archive(conv, root)).as_dict(), archived=True)
+            except ArchiveBusy as exc:
+                row.update(archived=False, reason=str(exc))
+            rows.append(row)
+        return rows
+
+
+class ArchiveBusy(BridgeError):
+    """The conversation has a run in flight, a queued message or a pending prompt."""

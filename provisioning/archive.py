@@ -28,7 +28,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,12 +89,15 @@ def _archive_dir(root: RootInfo) -> int:
 @contextmanager
 def home_lock(root: RootInfo, *, exclusive: bool) -> Iterator[None]:
     """Hold ``archive/.lock``: exclusive to archive or restore, shared to build a home."""
-    dir_fd = _archive_dir(root)
-    try:
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(LOCK_NAME, flags, STATE_FILE_MODE, dir_fd=dir_fd)
-    finally:
-        os.close(dir_fd)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:  # archive/ is the gateway's own (2750): no conversation can plant a link in it
+        fd = os.open(root.layout.archive / LOCK_NAME, flags, STATE_FILE_MODE)
+    except FileNotFoundError:  # a root made before archive/ existed
+        dir_fd = _archive_dir(root)
+        try:
+            fd = os.open(LOCK_NAME, flags, STATE_FILE_MODE, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
@@ -185,16 +188,22 @@ class _Exactly:
         return data
 
 
-def archive_home(root: RootInfo, name: str) -> ArchiveResult:
+def archive_home(
+    root: RootInfo, name: str, check: Callable[[], None] | None = None
+) -> ArchiveResult:
     """Pack ``chats/<name>`` into ``archive/<name>.tar.gz``, then remove the directory.
 
-    Blocking: run it off the event loop. The caller has made sure the conversation is idle
-    (no run in flight, nothing queued, no pending prompt).
+    Blocking: run it off the event loop. ``check`` runs under the archive lock before
+    anything is touched and raises to refuse (the caller's "is this conversation idle":
+    no run in flight, nothing queued, no pending prompt). A home being built waits for the
+    lock, so one checked idle here stays idle until it is packed away.
     """
     layout = root.layout
     home = layout.home(name)
     target = tarball_path(layout, name)
     with home_lock(root, exclusive=True):
+        if check is not None:
+            check()
         try:
             st = os.lstat(home)
         except FileNotFoundError:

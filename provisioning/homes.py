@@ -101,6 +101,15 @@ class Homes:
             self._build(home)
         return home
 
+    def present(self, home: Home) -> bool:
+        """Whether ``home``'s directory is still there (not archived since). Blocking.
+
+        Checked under the archive lock: a caller that has recorded its run as started before
+        asking is safe, since archiving checks for runs under the same lock.
+        """
+        with archive.home_lock(self.root, exclusive=False):
+            return os.path.isdir(home.path)
+
     def _build(self, home: Home) -> None:
         layout = self.root.layout
         uid, own_gid, op_gid = home.account.uid, home.account.gid, home.operator_gid

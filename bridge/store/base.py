@@ -231,6 +231,15 @@ class Store(abc.ABC):
     async def cost_since(self, since: float) -> tuple[float, int]:
         """(sum of known costUSD, number of unpriced runs) of runs finished since ``since``."""
 
+    @abc.abstractmethod
+    async def prune(self, before: float) -> dict[str, int]:
+        """Delete records older than ``before`` (retention), in one transaction.
+
+        Runs finished, replies sent or failed, messages answered, and the prompts of pruned
+        runs. Never a reply not yet delivered, a message not yet answered (nor one a kept run
+        or reply points to), a run in flight or a pending prompt. Returns counts per table.
+        """
+
     # -- replies ----------------------------------------------------------------------------
     @abc.abstractmethod
     async def add_replies(self, replies: list[NewReply]) -> list[ReplyRecord]:

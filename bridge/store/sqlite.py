@@ -790,6 +790,38 @@ class SqliteStore(Store):
 
         return await self._call(work)
 
+    async def prune(self, before: float) -> dict[str, int]:
+        answered = (InboxState.DONE.value, InboxState.FAILED.value, InboxState.INTERRUPTED.value)
+        finished = (ReplyState.SENT.value, ReplyState.FAILED.value)
+
+        def work(conn: sqlite3.Connection) -> dict[str, int]:
+            counts = {
+                "prompts": conn.execute(
+                    "DELETE FROM prompts WHERE state != 'pending' AND run_id IN"
+                    " (SELECT id FROM runs WHERE finished_at IS NOT NULL AND finished_at < ?)",
+                    (before,),
+                ).rowcount,
+                "replies": conn.execute(
+                    "DELETE FROM replies WHERE created_at < ? AND state IN (?, ?)",
+                    (before, *finished),
+                ).rowcount,
+                "runs": conn.execute(
+                    "DELETE FROM runs WHERE finished_at IS NOT NULL AND finished_at < ?"
+                    " AND NOT EXISTS (SELECT 1 FROM prompts p WHERE p.run_id = runs.id)",
+                    (before,),
+                ).rowcount,
+                "messages": conn.execute(
+                    "DELETE FROM inbox WHERE state IN (?, ?, ?)"
+                    " AND coalesce(finished_at, received_at) < ?"
+                    " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.message_id = inbox.id)"
+                    " AND NOT EXISTS (SELECT 1 FROM replies y WHERE y.message_id = inbox.id)",
+                    (*answered, before),
+                ).rowcount,
+            }
+            return counts
+
+        return await self._tx(work)
+
     # -- replies ------------------------------------------------------------------------------
     async def add_replies(self, replies: list[NewReply]) -> list[ReplyRecord]:
         def work(conn: sqlite3.Connection) -> list[ReplyRecord]:

@@ -1,0 +1,224 @@
+"""The operators' read-only web view at ``/ops``: conversations, their runs and transcripts.
+
+The same answers as ``jazz-bridge homes list`` and ``homes show`` (both come from
+:class:`bridge.operators.Operators`), for an operator who has a browser rather than a
+shell on the gateway's host. It is mounted only when ``ops.token`` is configured (else
+``/ops`` is 404). The token is given as ``Authorization: Bearer <token>`` or once as
+``?token=<token>``: then the page sets an HttpOnly, SameSite=Strict cookie (a value
+derived from the token, not the token) and redirects to the same page without it, so
+links work and the token does not stay in the address bar or history. Every comparison
+is constant-time. Everything shown is escaped (thread keys and texts are user input),
+and the pages carry a Content-Security-Policy that allows no script at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+
+from aiohttp import web
+from pydantic import SecretStr
+
+from .errors import ConfigError
+from .operators import LIST_COLUMNS, Operators
+
+log = logging.getLogger(__name__)
+
+COOKIE = "jazz_bridge_ops"
+PREFIX = "/ops"
+TRANSCRIPT_LIMIT = 500
+RECENT_RUNS = 50
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "form-action 'none'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}
+td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
+th{background:#f3f3f3} .num{text-align:right} .msg{white-space:pre-wrap;max-width:60em}
+.role-user{background:#eef5ff} .role-error{background:#fff0f0} code{font-size:13px}
+"""
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _cookie_value(token: bytes) -> str:
+    """What the cookie holds: derived from the token, so the cookie is not the token."""
+    return hmac.new(token, b"jazz-bridge ops cookie", hashlib.sha256).hexdigest()
+
+
+def _page(title: str, body: str) -> web.Response:
+    html = (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
+        f"<body>{body}</body></html>"
+    )
+    return web.Response(text=html, content_type="text/html", headers=HEADERS)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "<td></td>"
+    if isinstance(value, bool):
+        return f"<td>{'yes' if value else 'no'}</td>"
+    if isinstance(value, int | float):
+        return f"<td class=num>{escape(str(value))}</td>"
+    return f"<td>{escape(str(value))}</td>"
+
+
+def _table(columns: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+class OpsView:
+    def __init__(self, operators: Operators, token: SecretStr) -> None:
+        self.operators = operators
+        self._token = token.get_secret_value().encode()
+        self._cookie = _cookie_value(self._token).encode()
+
+    def _check(self, request: web.Request) -> web.StreamResponse | None:
+        """None when authorized; else the refusal (401 no token, 403 wrong one) or a redirect."""
+        header = request.headers.get("Authorization", "")
+        if header:
+            given = header.removeprefix("Bearer ").strip().encode()
+            return None if hmac.compare_digest(given, self._token) else self._refuse(403)
+        if "token" in request.query:
+            if not hmac.compare_digest(request.query["token"].encode(), self._token):
+                return self._refuse(403)
+            # Keep it in a cookie and drop it from the address bar.
+            rest = [(k, v) for k, v in request.query.items() if k != "token"]
+            target = request.rel_url.with_query(rest)
+            response = web.HTTPSeeOther(location=str(target), headers=HEADERS)
+            response.set_cookie(
+                COOKIE,
+                self._cookie.decode(),
+                path=PREFIX,
+                httponly=True,
+                samesite="Strict",
+                secure=request.secure,
+            )
+            return response
+        cookie = request.cookies.get(COOKIE)
+        if cookie is not None:
+            ok = hmac.compare_digest(cookie.encode(), self._cookie)
+            return None if ok else self._refuse(403)
+        return self._refuse(401)
+
+    @staticmethod
+    def _refuse(status: int) -> web.Response:
+        text = (
+            "missing operator token: open /ops?token=... or send Authorization: Bearer ..."
+            if status == 401
+            else "wrong operator token"
+        )
+        headers = {**HEADERS, "WWW-Authenticate": 'Bearer realm="jazz-bridge ops"'}
+        return web.Response(status=status, text=text, headers=headers)
+
+    def guarded(self, handler: Handler) -> Handler:
+        async def wrapper(request: web.Request) -> web.StreamResponse:
+            refusal = self._check(request)
+            if refusal is not None:
+                if refusal.status in (401, 403):
+                    log.warning("ops view: refused %s (%d)", request.remote, refusal.status)
+                return refusal
+            return await handler(request)
+
+        return wrapper
+
+    async def listing(self, request: web.Request) -> web.StreamResponse:
+        platform = request.query.get("platform") or None
+        rows = await self.operators.listing(platform=platform)
+        convs = {c.thread_key: c.id for c in await self.operators.store.conversations()}
+        cells = []
+        for row in rows:
+            line = []
+            for col in LIST_COLUMNS:
+                if col == "threadKey":
+                    link = f"{PREFIX}/c/{convs[row[col]]}"
+                    line.append(f'<td><a href="{escape(link)}">{escape(row[col])}</a></td>')
+                else:
+                    line.append(_cell(row[col]))
+            cells.append(line)
+        body = (
+            "<h1>Conversations</h1>"
+            f"<p>{len(rows)} conversation(s). Cost is known costUSD; unpricedRuns are runs "
+            "whose cost the runner did not report.</p>" + _table(LIST_COLUMNS, cells)
+        )
+        return _page("jazz-bridge: conversations", body)
+
+    async def conversation(self, request: web.Request) -> web.StreamResponse:
+        conv = await self.operators.store.conversation(int(request.match_info["id"]))
+        if conv is None:
+            return web.Response(status=404, text="no such conversation", headers=HEADERS)
+        data = await self.operators.show(conv, recent=RECENT_RUNS)
+        meta = [
+            [f"<th>{escape(k)}</th>", _cell(v)]
+            for k, v in data.items()
+            if k not in ("recentRuns", "pendingPrompts")
+        ]
+        run_cols = [
+            "id",
+            "requester",
+            "started",
+            "outcome",
+            "durationMs",
+            "tokens",
+            "cost",
+            "error",
+        ]
+        runs = [[_cell(r[c]) for c in run_cols] for r in data["recentRuns"]]
+        prompts = [
+            [_cell(p[c]) for c in ("kind", "requester", "created")] for p in data["pendingPrompts"]
+        ]
+        lines = await self.operators.store.transcript(conv.thread_key, limit=TRANSCRIPT_LIMIT)
+        transcript = [
+            [
+                _cell(_when(e.at)),
+                f"<td class='role-{escape(e.role)}'>{escape(e.role)}</td>",
+                _cell(e.sender),
+                f"<td class=msg>{escape(e.text)}</td>",
+            ]
+            for e in lines
+        ]
+        body = (
+            f'<p><a href="{PREFIX}">All conversations</a></p>'
+            f"<h1>{escape(conv.thread_key)}</h1>"
+            + _table(["", ""], meta)
+            + f"<p>Jazz's own transcript of this conversation is under <code>"
+            f"{escape(str(data['transcript']))}</code> (conversation "
+            f"<code>{escape(str(data['jazzConversation']))}</code>); the table below is the "
+            "gateway's record of what people sent and what was replied.</p>"
+            + f"<h2>Runs (latest {RECENT_RUNS})</h2>"
+            + _table(run_cols, runs)
+            + f"<h2>Pending prompts ({len(prompts)})</h2>"
+            + _table(["kind", "requester", "created"], prompts)
+            + f"<h2>Transcript (latest {TRANSCRIPT_LIMIT} lines)</h2>"
+            + _table(["at", "role", "sender", "text"], transcript)
+        )
+        return _page(f"jazz-bridge: {conv.thread_key}", body)
+
+
+def add_ops_routes(app: web.Application, operators: Operators, token: SecretStr) -> None:
+    """Mount the operator view (only call this when a token is configured)."""
+    if not token.get_secret_value():
+        raise ConfigError("ops.token is empty: set a long random token or leave it unset")
+    view = OpsView(operators, token)
+    app.router.add_get(PREFIX, view.guarded(view.listing))
+    app.router.add_get(PREFIX + "/", view.guarded(view.listing))
+    app.router.add_get(PREFIX + r"/c/{id:\d+}", view.guarded(view.conversation))
