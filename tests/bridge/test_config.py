@@ -116,6 +116,6 @@ def test_config_check_reports_bad_values_with_exit_2(tmp_path: Path) -> None:
 
 
 def test_the_example_config_is_valid() -> None:
-    example = Path(__file__).resolve().parents[2] / "deploy" / "jazz-bridge.example.toml"
+    example = Path(__file__).resolve().parents[2] / "deploy" / "config.example.toml"
     s = load_settings(example, adapter_sections=SECTIONS, environ={})
     assert s.root == Path("/srv/jazz-bridge")
