@@ -147,8 +147,14 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd is not installed")
 def test_systemd_analyze_security_rates_the_unit_ok(tmp_path: Path) -> None:
     out = subprocess.run(
-        ["systemd-analyze", "security", "--offline=true", "--threshold=40", "--no-pager"]
-        + [str(_installed_copy(tmp_path))],
+        [
+            "systemd-analyze",
+            "security",
+            "--offline=true",
+            "--threshold=40",
+            "--no-pager",
+            str(_installed_copy(tmp_path)),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
