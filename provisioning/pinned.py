@@ -6,10 +6,13 @@ descriptor opened with ``O_NOFOLLOW`` and names a single entry relative to it; n
 here ever re-resolves a path through a directory a conversation controls, and nothing
 follows a link.
 
-Changing the mode of a non-directory without following it uses Linux's ``fchmodat2``
-(``AT_SYMLINK_NOFOLLOW``, kernel 6.6+); on older kernels it falls back to an ``O_PATH``
-descriptor whose ``fstat`` is checked first and which is changed through
-``/proc/self/fd``.
+Changing the mode of a non-directory without following it pins the entry first: an
+``O_PATH | O_NOFOLLOW`` descriptor, whose ``fstat`` must be the inode the caller examined
+(so an entry swapped for a link, or for a hard link to another account's file, is left
+alone), changed through that descriptor with Linux's ``fchmodat2(fd, "", AT_EMPTY_PATH |
+AT_SYMLINK_NOFOLLOW)`` (kernel 6.6+) or, on older kernels, ``chmod`` of
+``/proc/self/fd/N`` (which the kernel allows for an ``O_PATH`` descriptor). Nothing is ever
+changed by name.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .errors import UnsafePathError
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 AT_SYMLINK_NOFOLLOW = 0x100
+AT_EMPTY_PATH = 0x1000
 _SYS_FCHMODAT2 = 452  # same number on every Linux architecture (unified syscall table)
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -33,14 +37,14 @@ _libc.syscall.restype = ctypes.c_long
 _fchmodat2_works: bool | None = None
 
 
-def _fchmodat2(dir_fd: int, name: bytes, mode: int) -> int:
+def _fchmodat2(dir_fd: int, name: bytes, mode: int, flags: int = AT_SYMLINK_NOFOLLOW) -> int:
     """Return 0 on success, else the errno (ENOSYS where the kernel lacks it)."""
     res = _libc.syscall(
         ctypes.c_long(_SYS_FCHMODAT2),
         ctypes.c_int(dir_fd),
         ctypes.c_char_p(name),
         ctypes.c_uint(mode),
-        ctypes.c_uint(AT_SYMLINK_NOFOLLOW),
+        ctypes.c_uint(flags),
     )
     return 0 if res == 0 else ctypes.get_errno()
 
@@ -69,31 +73,43 @@ def opened_dir(name: str | bytes | os.PathLike[str], dir_fd: int | None = None) 
 def chmod_entry(dir_fd: int, name: str | bytes, mode: int, expect: os.stat_result) -> bool:
     """Set ``mode`` on the non-directory ``name`` in ``dir_fd`` without following a link.
 
-    ``expect`` is the entry's lstat; with the O_PATH fallback the entry is re-checked to be
-    that same inode before it is changed. Returns False when the entry is a link or was
-    swapped (nothing changed).
+    ``expect`` is the entry's lstat. The entry is pinned (``O_PATH | O_NOFOLLOW``) and must
+    still be that inode, with that owner, and not a link; only then is the pinned inode
+    changed. Returns False when the entry is a link, was swapped or is gone (nothing
+    changed).
     """
+    try:
+        fd = os.open(os.fsencode(name), PATH_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if (
+            stat.S_ISLNK(st.st_mode)
+            or stat.S_ISDIR(st.st_mode)
+            or (st.st_ino, st.st_dev, st.st_uid) != (expect.st_ino, expect.st_dev, expect.st_uid)
+        ):
+            return False
+        return _chmod_pinned(fd, mode, os.fsdecode(name))
+    finally:
+        os.close(fd)
+
+
+def _chmod_pinned(fd: int, mode: int, name: str) -> bool:
+    """chmod the inode an O_PATH descriptor pins (never a name a conversation can swap)."""
     global _fchmodat2_works
-    bname = os.fsencode(name)
     if _fchmodat2_works is not False:
-        err = _fchmodat2(dir_fd, bname, mode)
+        err = _fchmodat2(fd, b"", mode, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
         if err == 0:
             _fchmodat2_works = True
             return True
-        if err == errno.EOPNOTSUPP:  # it is a symbolic link (now): left alone
+        if err == errno.EOPNOTSUPP:  # a symbolic link: left alone
             return False
-        if err != errno.ENOSYS:
-            raise OSError(err, os.strerror(err), os.fsdecode(name))
-        _fchmodat2_works = False
-    fd = os.open(bname, PATH_FLAGS, dir_fd=dir_fd)
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISLNK(st.st_mode) or (st.st_ino, st.st_dev) != (expect.st_ino, expect.st_dev):
-            return False
-        os.chmod(f"/proc/self/fd/{fd}", mode)
-        return True
-    finally:
-        os.close(fd)
+        if err not in (errno.ENOSYS, errno.EINVAL):
+            raise OSError(err, os.strerror(err), name)
+        _fchmodat2_works = False  # an older kernel (no fchmodat2 or no AT_EMPTY_PATH)
+    os.chmod(f"/proc/self/fd/{fd}", mode)
+    return True
 
 
 def ensure_dir(
