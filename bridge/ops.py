@@ -104,7 +104,7 @@ class OpsView:
             # Keep it in a cookie and drop it from the address bar.
             rest = [(k, v) for k, v in request.query.items() if k != "token"]
             target = request.rel_url.with_query(rest)
-            response = web.HTTPSeeOther(location=str(target), headers=HEADERS)
+            response = web.Response(status=303, headers={**HEADERS, "Location": str(target)})
             response.set_cookie(
                 COOKIE,
                 self._cookie.decode(),
