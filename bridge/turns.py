@@ -525,13 +525,14 @@ class Engine:
         await self._runs_sem.acquire()
 
     async def _turn(self, slot: ConversationSlot, msg: MessageRecord) -> None:
-        if await self._over_budget():
+        over = await self._over_budget()
+        if over is not None:
             await self._finish_message(
                 msg,
                 InboxState.FAILED,
                 "budget",
-                "💸 Today's spending limit for this gateway is reached; new messages run again "
-                "after midnight UTC.",
+                f"💸 Today's spending limit for this gateway is reached ({over}); new messages "
+                "run again after midnight UTC.",
             )
             return
         await self._acquire_slot(slot, msg)
@@ -544,12 +545,17 @@ class Engine:
             self.metrics.runs_in_flight.dec()
             self._runs_sem.release()
 
-    async def _over_budget(self) -> bool:
+    async def _over_budget(self) -> str | None:
+        """Why no new run may start today (the daily cap), or None."""
         cap = self.settings.limits.daily_cost_usd
         if cap is None:
-            return False
+            return None
         spent, unpriced = await self.store.cost_since(_utc_midnight())
-        return spent >= cap or unpriced > 0
+        if spent >= cap:
+            return f"${spent:.2f} spent of ${cap:.2f}"
+        if unpriced:
+            return f"{unpriced} run(s) today had no price, so the spend is unknown"
+        return None
 
     async def _settle_all(self) -> None:
         """Wait (bounded) until no finished run has processes left (runs sweep after wait)."""
