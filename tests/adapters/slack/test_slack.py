@@ -160,13 +160,17 @@ async def wait_post(
 
     try:
         await wait_until(check, timeout, f"{count} chat.postMessage with {contains!r}")
-    except AssertionError as exc:  # say what the fake saw
-        seen = [
-            (c.method, c.status, str(c.args.get("markdown_text") or c.args.get("text"))[:70])
-            for c in fake.calls
-        ]
-        raise AssertionError(f"{exc}; the fake Slack API saw {seen}") from None
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the fake Slack API saw {seen(fake)}") from None
     return found
+
+
+def seen(fake: FakeSlackApi) -> list[tuple[str, int, str]]:
+    """What the fake saw, for failure messages."""
+    return [
+        (c.method, c.status, str(c.args.get("markdown_text") or c.args.get("text"))[:70])
+        for c in fake.calls
+    ]
 
 
 def sample(app: Any, name: str, **labels: str) -> float:
@@ -263,7 +267,9 @@ async def test_a_retry_storm_runs_each_event_once_and_replies_in_the_thread(
 ) -> None:
     async with running_gateway(env) as (app, _client):
         first = vector("app_mention")
-        for retry in range(4):  # the delivery and three redeliveries of the same event_id
+        assert await event(app.port, first) == 200
+        assert await stored(app) == 1  # persisted before Slack got its 200
+        for retry in range(1, 4):  # three redeliveries of the same event_id
             assert await event(app.port, first, retry) == 200
         (answer,) = await wait_post(fake, "summarize yesterday")
         assert answer.args["thread_ts"] == MENTION_TS  # the mention's own ts starts the thread
@@ -294,6 +300,12 @@ async def test_a_retry_storm_runs_each_event_once_and_replies_in_the_thread(
         other = message("Ev0OTHER", "just humans", ts="1764669700.000100", thread_ts="17.0")
         assert await event(app.port, other) == 200
         assert await stored(app) == 2
+        # a stopping gateway refuses (no 2xx), so Slack delivers the event again later
+        assert app.engine is not None
+        app.engine.stopping = True
+        late = mention("Ev0LATE", "too late", ts="1764669800.000100")
+        assert await event(app.port, late) == 503
+        assert await stored(app) == 2
 
 
 async def test_a_dm_is_its_own_conversation_and_bots_and_edits_are_ignored(
@@ -319,8 +331,16 @@ async def test_a_dm_is_its_own_conversation_and_bots_and_edits_are_ignored(
         assert await event(app.port, later) == 200
         (second,) = await wait_post(fake, "since Tuesday", channel=DM)
         assert "Earlier turns in this conversation: 1" in second.args["markdown_text"]
+        # a thread inside the DM is a conversation of its own, answered in that thread
+        threaded = message(
+            "Ev0DM3", "in a DM thread", ts="1764670200.000100", channel=DM, thread_ts="17.5"
+        )
+        assert await event(app.port, threaded) == 200
+        (third,) = await wait_post(fake, "in a DM thread", channel=DM)
+        assert third.args["thread_ts"] == "17.5"
+        assert "Earlier turns in this conversation: 0" in third.args["markdown_text"]
         keys = {m.thread_key for m in await app.store.messages_in_state(InboxState.DONE)}
-        assert keys == {f"slack:{TEAM}:{DM}"}
+        assert keys == {f"slack:{TEAM}:{DM}", f"slack:{TEAM}:{DM}:17.5"}
 
 
 # -- buttons, commands -------------------------------------------------------------------------
@@ -403,9 +423,21 @@ async def test_stop_button_and_thread_commands(env: dict[str, str], fake: FakeSl
         )
         assert await event(app.port, thread_cmd(4, "!new")) == 200
         await wait_post(fake, "fresh conversation")
-        assert await event(app.port, thread_cmd(5, "!delay 0.1 again")) == 200
+        assert await event(app.port, thread_cmd(5, "again\n!delay 0.1")) == 200
         (after,) = await wait_post(fake, "again")  # a runner directive still reaches the runner
         assert "Earlier turns in this conversation: 0" in after.args["markdown_text"]
+        await wait_until(
+            lambda: sample(app, "jazz_bridge_runs_total", outcome="ok") == 1, 20, "that run"
+        )
+        shown = len(bubble())
+        assert await event(app.port, thread_cmd(6, "once more\n!delay 30")) == 200
+        try:
+            await wait_until(lambda: len(bubble()) > shown, 20, "another progress message")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the fake saw {seen(fake)}") from None
+        assert await event(app.port, thread_cmd(7, "!stop")) == 200
+        await wait_post(fake, "⏹️ Stopped.")
+        await wait_post(fake, "Stopped by", count=2)
 
 
 async def test_jazz_slash_command_acts_on_the_channel_or_dm(
