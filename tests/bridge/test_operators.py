@@ -109,3 +109,74 @@ async def test_doctor_passes_on_a_healthy_root_and_names_the_fix(env: dict[str, 
     assert bad.returncode == 1
     failed = [c for c in json.loads(bad.stdout) if not c["ok"]]
     assert failed and "chats" in failed[0]["check"] and "repair" in failed[0]["fix"]
+
+
+def _tree(home: Path) -> dict[str, tuple[int, int, int]]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(home):
+        for name in [".", *dirnames, *filenames]:
+            path = Path(dirpath) / name
+            st = os.lstat(path)
+            out[str(path.relative_to(home))] = (st.st_mode, st.st_uid, st.st_gid)
+    return out
+
+
+async def test_archive_and_restore_from_the_cli(env: dict[str, str]) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("arch", "hello")
+        await client.wait_role("arch", "assistant")
+        await client.post("busy", "hello")
+        await client.wait_role("busy", "assistant")
+    root = Path(env["JAZZ_BRIDGE_ROOT"])
+    home = root / "chats" / naming.home_name("web:arch")
+    owner = os.lstat(home).st_uid
+    notes = home / "workspace" / "notes.md"
+    notes.write_text("operator-visible notes\n")
+    os.chown(notes, owner, os.lstat(home).st_gid)
+    os.chmod(notes, 0o640)
+    before = _tree(home)
+
+    # a queued message (the gateway stopped before running it) blocks archiving
+    store = SqliteStore(root / "state" / "bridge.db")
+    await store.open()
+    await store.accept(
+        Inbound(platform="web", event_id="q1", thread_key="web:busy", sender_id="u", text="x"),
+        home=naming.home_name("web:busy"),
+        is_command=False,
+    )
+    await store.close()
+    refused = cli(env, "homes", "archive", "web:busy")
+    assert refused.returncode == 2
+    assert "web:busy has 1 message(s) queued" in refused.stderr
+    assert (root / "chats" / naming.home_name("web:busy")).is_dir()
+
+    young = cli(env, "homes", "archive", "web:arch", "--idle-days", "1")
+    assert young.returncode == 2 and "active within the last 1 days" in young.stderr
+    out = cli(env, "homes", "archive", "web:arch", "--json")
+    assert out.returncode == 0, out.stderr
+    [row] = json.loads(out.stdout)
+    assert row["archived"] and row["tarball"].endswith(".tar.gz")
+    assert "archived home" in out.stderr  # noted in the log
+    assert not home.exists()
+    rows = {r["threadKey"]: r for r in json.loads(cli(env, "homes", "list", "--json").stdout)}
+    assert rows["web:arch"]["archived"] is True
+    assert rows["web:arch"]["sizeBytes"] == Path(row["tarball"]).stat().st_size
+    assert rows["web:busy"]["archived"] is False and rows["web:busy"]["sizeBytes"] > 0
+    again = cli(env, "homes", "archive", "web:arch")
+    assert again.returncode == 2 and "already archived" in again.stderr
+
+    # the idle sweep archives nothing busy and says so
+    sweep = cli(env, "homes", "archive", "--idle-days", "0.00001", "--json")
+    assert sweep.returncode == 1
+    assert [(r["threadKey"], r["archived"]) for r in json.loads(sweep.stdout)] == [
+        ("web:busy", False)
+    ]
+
+    restored = cli(env, "homes", "restore", "web:arch")
+    assert restored.returncode == 0, restored.stderr
+    assert restored.stdout.strip() == str(home)
+    assert _tree(home) == before
+    assert notes.read_text() == "operator-visible notes\n"
+    assert not Path(row["tarball"]).exists()
+    not_archived = cli(env, "homes", "restore", "web:arch")
+    assert not_archived.returncode == 2 and "is not archived" in not_archived.stderr
