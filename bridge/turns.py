@@ -763,7 +763,12 @@ def _failure_text(result: RunResult, stopped_by: str | None) -> str:
     if result.timed_out:
         return f"⌛ {result.error}. Try a smaller request, or ask an operator to raise the limit."
     reason = result.error or result.code or "the run failed"
-    detail = f" (exit code {result.exit_code})" if result.exit_code not in (None, 0, 1) else ""
+    says_exit = result.code in ("no_envelope", "bad_envelope")  # the reason names it already
+    detail = (
+        f" (exit code {result.exit_code})"
+        if result.exit_code not in (None, 0, 1) and not says_exit
+        else ""
+    )
     text = f"❌ The agent could not answer: {reason}{detail}."
     if result.code in ("no_envelope", "bad_envelope") and result.stderr_tail:
         tail = "\n".join(result.stderr_tail[-5:])[-800:]

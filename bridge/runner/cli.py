@@ -43,6 +43,7 @@ STDERR_TAIL = 20
 TOOL_MODE = 0o0755  # rwxr-xr-x  shared runner tools, readable by every account
 MAX_LINE = 16 * 1024 * 1024  # an envelope (or event) longer than this is not one
 CHUNK = 256 * 1024
+EXIT_POLL_S = 0.05  # how often an exit is looked for while a leftover child holds the pipes
 ANSWER_FRAMES = {
     "approval_decision": "toolCallId",
     "user_input_response": "requestId",
@@ -270,7 +271,7 @@ class CliRunHandle(RunHandle):
         pgid = self.proc.pid
         signal_group(pgid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), timeout=self.grace)
+            await asyncio.wait_for(self._exited(), timeout=self.grace)
         except TimeoutError:
             log.warning("runner pid %d ignored SIGTERM for %.1fs; killing it", pgid, self.grace)
         await self._sweep()
@@ -281,9 +282,26 @@ class CliRunHandle(RunHandle):
         if left:
             log.error("processes %s of a run survived SIGKILL", left)
 
+    async def _exited(self) -> None:
+        """Return once the main process has exited (been reaped).
+
+        ``Process.wait()`` (CPython 3.11) wakes its waiters only once every pipe has closed
+        too, and a child that left the group holding stdout never closes it before the
+        sweep that follows this: the exit is also watched on ``returncode``, set as soon as
+        the process is reaped.
+        """
+        waiter = asyncio.ensure_future(self.proc.wait())
+        try:
+            while self.proc.returncode is None:
+                done, _ = await asyncio.wait({waiter}, timeout=EXIT_POLL_S)
+                if done:
+                    return
+        finally:
+            waiter.cancel()
+
     async def _finish(self) -> None:
         try:
-            await self.proc.wait()
+            await self._exited()
             # The run is over: nothing it started may linger (children that called setsid).
             # The sweep runs beside reading the last output and recording the answer (it
             # also closes pipes a lingering child holds); settled() waits for it.

@@ -7,6 +7,7 @@ failure with the exit code and a short reason a person can act on, never silence
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any
 
 from .base import RunResult
@@ -30,6 +31,25 @@ def _int(value: Any) -> int:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def exit_status(exit_code: int | None, *, answered: bool = False) -> str:
+    """How a run ended, for a person: ``exit code 3, crashed``, ``killed by signal 9, SIGKILL``.
+
+    asyncio reports a death by signal as a negative exit code; without an envelope an exit
+    code 0 still produced no answer, so it is not called "answer produced".
+    """
+    if exit_code is None:
+        return "exit status unknown"
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-exit_code}, {name}"
+    if exit_code == 0 and not answered:
+        return "exit code 0 without an answer"
+    return f"exit code {exit_code}, {EXIT_MEANINGS.get(exit_code, 'crashed')}"
+
+
 def parse_envelope(
     line: str | None,
     *,
@@ -46,8 +66,7 @@ def parse_envelope(
     }
     if line is None:
         what = "printed something that is not an envelope" if garbage else "printed no envelope"
-        meaning = EXIT_MEANINGS.get(exit_code or 0, "crashed") if exit_code is not None else ""
-        reason = f"the runner {what} (exit code {exit_code}{', ' + meaning if meaning else ''})"
+        reason = f"the runner {what} ({exit_status(exit_code)})"
         return RunResult(ok=False, code="no_envelope", error=reason, **base)
     try:
         env = json.loads(line)
@@ -57,7 +76,7 @@ def parse_envelope(
         return RunResult(
             ok=False,
             code="bad_envelope",
-            error=f"the runner's envelope is not valid ({exc}; exit code {exit_code})",
+            error=f"the runner's envelope is not valid ({exc}; {exit_status(exit_code)})",
             **base,
         )
     raw_usage = env.get("tokenUsage")

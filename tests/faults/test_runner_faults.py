@@ -1,0 +1,189 @@
+"""Runner faults against the real gateway: each gets a clear reply, leaves nothing behind.
+
+A runner of the suite's own (``fault_runner.py``) crashes, is killed by a signal, prints
+no envelope or garbage, floods 50 MB on stdout, hangs past ``runner.timeout_s``, leaves a
+``setsid`` child behind, ignores SIGTERM. For each: the thread gets an error reply naming
+what happened (and the exit code where there is one), no process of the run is left
+(nor a zombie), and another conversation is served meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import IS_ROOT, remove_accounts
+from faults_support import (
+    gateway_env,
+    install_runner,
+    notes,
+    nothing_left,
+    proc_info,
+    reset_peak_rss,
+    running_gateway,
+    status_kib,
+    wait_until,
+)
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture
+def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
+    e = gateway_env(tmp_path / "root", fake_dir, uid_range)
+    install_runner(e, fake_dir, "fault_runner.py")
+    yield e
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+def started(fake_dir: Path, word: str) -> list[dict[str, object]]:
+    return [n for n in notes(fake_dir) if n.get("event") == "start" and n.get("word") == word]
+
+
+@pytest.mark.parametrize(
+    ("word", "expected"),
+    [
+        ("exit1", ["printed no envelope", "exit code 1", "RuntimeError: provider down"]),
+        ("sigkill", ["printed no envelope (killed by signal 9, SIGKILL)", "about to be killed"]),
+        ("abort", ["printed no envelope (killed by signal 6, SIGABRT)"]),
+        (
+            "noenvelope",
+            ["printed no envelope (exit code 0 without an answer)", "finished without saying"],
+        ),
+        ("garbage", ["printed something that is not an envelope (exit code 0 without an answer)"]),
+        ("badjson", ["envelope is not valid", "exit code 0"]),
+    ],
+)
+async def test_a_failed_run_gets_a_clear_reply_and_leaves_nothing(
+    env: dict[str, str], fake_dir: Path, word: str, expected: list[str]
+) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("f", word)
+        errors = await client.wait_role("f", "error")
+        text = errors[0]["text"]
+        for part in expected:
+            assert part in text, text
+        await nothing_left(fake_dir)
+        await client.post("g", "still there?")
+        answers = await client.wait_role("g", "assistant")
+        assert answers[0]["text"].startswith("ok: still there?")
+    print(f"\n{word}: {text!r}")
+
+
+@pytest.mark.parametrize(
+    ("word", "answer"),
+    [("flood", "survived the flood"), ("floodlines", "survived the lines")],
+)
+async def test_a_50mb_stdout_is_read_in_bounded_memory(
+    env: dict[str, str], fake_dir: Path, word: str, answer: str
+) -> None:
+    """The gateway (in this process) reads 50 MB of stdout without holding it.
+
+    The peak resident set is reset just before the run; its rise during the run must stay
+    below the size of the output (a backend that buffered the stdout would hold all of it).
+    """
+    async with running_gateway(env) as (_, client):
+        await client.post("warm", "warm up")  # imports, the first account, the first run
+        await client.wait_role("warm", "assistant")
+        before = status_kib("VmRSS")
+        reset_peak_rss()
+        await client.post("f", word)
+        answers = await client.wait_role("f", "assistant", timeout=50)
+        peak = status_kib("VmHWM")
+        assert answers[0]["text"].startswith(answer)
+        await nothing_left(fake_dir)
+    rise_mib = (peak - before) / 1024
+    print(f"\n{word}: RSS {before / 1024:.0f} MiB before, peak rise {rise_mib:.1f} MiB")
+    assert rise_mib < 48, f"the gateway's memory rose by {rise_mib:.0f} MiB for 50 MB of stdout"
+
+
+async def test_a_hang_past_the_timeout_is_stopped_while_others_are_served(
+    env: dict[str, str], fake_dir: Path
+) -> None:
+    env["JAZZ_BRIDGE_RUNNER__TIMEOUT_S"] = "1"
+    async with running_gateway(env) as (_, client):
+        await client.post("h", "hang")
+        await wait_until(lambda: bool(started(fake_dir, "hang")), what="the hanging run")
+        hung_pid = int(started(fake_dir, "hang")[0]["pid"])  # type: ignore[call-overload]
+        await client.post("g", "meanwhile")
+        answers = await client.wait_role("g", "assistant")
+        assert answers[0]["text"].startswith("ok: meanwhile")
+        # served while the first one still hangs
+        info = proc_info(hung_pid)
+        assert info is not None and info.state != "Z", "the hung run ended before the answer"
+        assert not [m for m in await client.messages("h") if m["role"] == "error"]
+        errors = await client.wait_role("h", "error", timeout=30)
+        text = errors[0]["text"]
+        assert "took longer than 1s" in text, text
+        await nothing_left(fake_dir)
+        await client.post("h", "after the hang")
+        await client.wait_role("h", "assistant")
+    print(f"\nhang: {text!r}")
+
+
+async def test_a_setsid_child_is_swept_after_the_answer(
+    env: dict[str, str], fake_dir: Path
+) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("s", "setsid")
+        answers = await client.wait_role("s", "assistant", timeout=30)
+        assert answers[0]["text"].startswith("answered, children left behind")
+        children = next(n["children"] for n in notes(fake_dir) if n.get("event") == "children")
+        assert len(children) == 2
+        await nothing_left(fake_dir)
+        await client.post("s", "next turn")
+        answers = await client.wait_role("s", "assistant", count=2)
+        assert answers[1]["text"].startswith("ok: next turn")
+        assert not [m for m in await client.messages("s") if m["role"] == "error"]
+
+
+@pytest.mark.parametrize("how", ["timeout", "stop"])
+async def test_a_runner_that_ignores_sigterm_is_killed(
+    env: dict[str, str], fake_dir: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    env["JAZZ_BRIDGE_RUNNER__TIMEOUT_S"] = "1" if how == "timeout" else "60"
+    caplog.set_level(logging.WARNING, logger="bridge.runner")
+    async with running_gateway(env) as (_, client):
+        await client.post("n", "noterm")
+        await wait_until(
+            lambda: any(n.get("event") == "children" for n in notes(fake_dir)),
+            what="the run and its child",
+        )
+        if how == "stop":
+            await client.post("n", "/stop")
+        await client.post("g", "meanwhile")
+        await client.wait_role("g", "assistant")
+        errors = await client.wait_role("n", "error", timeout=30)
+        text = errors[0]["text"]
+        if how == "timeout":
+            assert "took longer than 1s" in text, text
+        else:
+            assert "Stopped by ada" in text, text
+        await nothing_left(fake_dir)
+        assert any("ignored SIGTERM" in r.getMessage() for r in caplog.records)
+        await client.post("n", "again")
+        await client.wait_role("n", "assistant")
+    print(f"\nnoterm ({how}): {text!r}")
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root (a uid per conversation)")
+async def test_no_process_of_the_conversations_account_survives_a_fault_series(
+    env: dict[str, str], fake_dir: Path
+) -> None:
+    """One conversation through every fault in a row; afterwards its uid owns no process."""
+    env["JAZZ_BRIDGE_RUNNER__TIMEOUT_S"] = "1"
+    words = ["exit1", "sigkill", "setsid", "noterm", "garbage"]
+    async with running_gateway(env) as (_, client):
+        for i, word in enumerate(words):
+            await client.post("series", word)
+
+            async def replied(n: int = i + 1) -> bool:
+                msgs = await client.messages("series")
+                return len([m for m in msgs if m["role"] in ("error", "assistant")]) >= n
+
+            await wait_until(replied, 30, f"a reply to {word}")
+        uids = {int(n["uid"]) for n in notes(fake_dir)}
+        assert len(uids) == 1 and 0 not in uids
+        await nothing_left(fake_dir)
