@@ -335,7 +335,12 @@ class TelegramSurface:
                 raise DeliveryError(too_big, permanent=True)
             data = await file.download_as_bytearray()
         except TelegramError as exc:
-            raise self._map(exc) from exc
+            mapped = self._map(exc)  # say which file: the person sees this
+            raise DeliveryError(
+                f"could not fetch {attachment.name} from Telegram: {mapped}",
+                permanent=mapped.permanent,
+                retry_after=mapped.retry_after,
+            ) from exc
         if len(data) > limit:
             raise DeliveryError(too_big, permanent=True)
         return bytes(data)

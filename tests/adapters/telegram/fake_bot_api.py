@@ -3,12 +3,17 @@
 Serves ``POST /bot<TOKEN>/<method>`` and ``GET /file/bot<TOKEN>/<path>``, records every
 call (with its HTTP status) and can be told to answer a call with a 429 ``retry_after`` or
 a 400 "can't parse entities". ``getUpdates`` releases queued updates (long polling, with
-a bounded wait).
+a bounded wait) and, like Telegram, forgets an update once a call's ``offset`` passes it.
+With ``hold_acks`` set, a ``getUpdates`` that would confirm a pending update is held
+instead (recorded in ``held``) and, when released, answers ``[]`` without confirming
+anything: the gateway's acknowledgement never arrived, as if it died between fetching an
+update and acknowledging it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -35,6 +40,15 @@ JSON_FIELDS = {
     "show_alert",
     "drop_pending_updates",
 }
+
+
+class BotApiError(Exception):
+    """A method's error answer (``{"ok": false, ...}`` with this status)."""
+
+    def __init__(self, status: int, description: str) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
 
 
 @dataclass
@@ -64,6 +78,10 @@ class FakeBotApi:
         self.failures: list[Failure] = []
         self.updates: list[dict[str, Any]] = []
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, data)
+        self.downloads: list[str] = []  # file paths served
+        self.hold_acks = False
+        self.held: list[dict[str, Any]] = []  # getUpdates calls held (acks never received)
+        self._release = asyncio.Event()
         self._new_updates = asyncio.Event()
         self._ids = itertools.count(5000)
         self._runner: web.AppRunner | None = None
@@ -80,13 +98,15 @@ class FakeBotApi:
         method: str,
         kind: str,
         when: Callable[[dict[str, Any]], bool] = lambda _p: True,
+        *,
+        retry_after: int = 1,
     ) -> None:
         if kind == "429":
             body = {
                 "ok": False,
                 "error_code": 429,
-                "description": "Too Many Requests: retry after 1",
-                "parameters": {"retry_after": 1},
+                "description": f"Too Many Requests: retry after {retry_after}",
+                "parameters": {"retry_after": retry_after},
             }
             self.failures.append(Failure(method, 429, body, when))
         elif kind == "entities":
@@ -106,6 +126,16 @@ class FakeBotApi:
     def add_file(self, file_id: str, file_path: str, data: bytes) -> None:
         self.files[file_id] = (file_path, data)
 
+    def hold(self) -> None:
+        """From now on, hold the getUpdates calls that would confirm an update."""
+        self.hold_acks = True
+        self._release.clear()
+
+    def release_acks(self) -> None:
+        """Answer the held getUpdates calls with ``[]``, confirming nothing."""
+        self.hold_acks = False
+        self._release.set()
+
     def called(self, method: str, ok: bool = True) -> list[Call]:
         return [c for c in self.calls if c.method == method and (c.status == 200) == ok]
 
@@ -122,6 +152,7 @@ class FakeBotApi:
         self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
+        self.release_acks()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -164,7 +195,12 @@ class FakeBotApi:
                 return web.json_response(
                     {"ok": False, "error_code": 404, "description": "Not Found"}, status=404
                 )
-            result = handler(params)
+            try:
+                result = handler(params)
+            except BotApiError as exc:
+                self.calls.append(Call(method, params, exc.status))
+                body = {"ok": False, "error_code": exc.status, "description": exc.description}
+                return web.json_response(body, status=exc.status)
         self.calls.append(Call(method, params, 200))
         return web.json_response({"ok": True, "result": result})
 
@@ -174,11 +210,17 @@ class FakeBotApi:
         path = request.match_info["path"]
         for file_path, data in self.files.values():
             if file_path == path:
+                self.downloads.append(path)
                 return web.Response(body=data)
         return web.Response(status=404)
 
     async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         offset = int(params.get("offset") or 0)
+        if self.hold_acks and any(u["update_id"] < offset for u in self.updates):
+            self.held.append(params)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._release.wait(), timeout=60)
+            return []  # the acknowledgement never arrived: nothing is confirmed
         self.updates = [u for u in self.updates if u["update_id"] >= offset]
         if not self.updates:
             self._new_updates.clear()
@@ -258,6 +300,8 @@ class FakeBotApi:
 
     def _m_getFile(self, params: dict[str, Any]) -> dict[str, Any]:
         file_id = str(params["file_id"])
+        if file_id not in self.files:
+            raise BotApiError(400, "Bad Request: invalid file_id")
         path, data = self.files[file_id]
         return {
             "file_id": file_id,

@@ -1,40 +1,46 @@
-"""The Telegram adapter: the real PTB client and the real gateway against a fake Bot API."""
+"""The Telegram adapter's intake and basics: the real PTB client and the real gateway
+against a fake Bot API (webhook mode unless a test says otherwise)."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import json
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from conftest import remove_accounts
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_bot_api import Call, FakeBotApi
-from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
+from tg_support import (
+    ADA,
+    BOT,
+    BOT_NAME,
+    FORUM,
+    GRACE,
+    GROUP,
+    GROUP_CHAT,
+    SECRET,
+    TOKEN,
+    Call,
+    FakeBotApi,
+    post,
+    press,
+    running_gateway,
+    sample,
+    sent_to,
+    stored,
+    telegram_env,
+    update,
+    utf16,
+    vector,
+    wait_sent,
+    wait_until,
+)
 
 from bridge.model import InboxState
 
-VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "telegram"
 # PTB 22 itself warns when it builds a RetryAfter (its type becomes timedelta in v23)
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
-TOKEN = "999999999:AAtest-token_for-the-fake"
-SECRET = "s3cret-webhook_token"
-BOT = 999999999
-ADA, GRACE = 111111111, 222222222
-GROUP = -1001234567890
-FORUM = -1009876543210
-
-
-def vector(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((VECTORS / f"{name}.json").read_text())
-    return data
 
 
 @pytest.fixture
@@ -49,81 +55,8 @@ async def fake() -> AsyncIterator[FakeBotApi]:
 def env(
     tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeBotApi
 ) -> Iterator[dict[str, str]]:
-    env = gateway_env(
-        tmp_path / "root",
-        fake_dir,
-        uid_range,
-        JAZZ_BRIDGE_TELEGRAM__TOKEN=TOKEN,
-        JAZZ_BRIDGE_TELEGRAM__API_URL=fake.api_url,
-        JAZZ_BRIDGE_TELEGRAM__WEBHOOK_URL="https://bridge.example/telegram/webhook",
-        JAZZ_BRIDGE_TELEGRAM__WEBHOOK_SECRET=SECRET,
-        JAZZ_BRIDGE_TELEGRAM__ALLOW_EVERYONE="true",
-        JAZZ_BRIDGE_TELEGRAM__MIN_SEND_INTERVAL_S="0.05",
-    )
-    use_reference_runner(env, fake_dir)
-    yield env
+    yield telegram_env(tmp_path / "root", fake_dir, uid_range, fake)
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
-
-
-async def post(port: int, body: Any, secret: str | None = SECRET, raw: bytes | None = None) -> int:
-    headers = {"Content-Type": "application/json"}
-    if secret is not None:
-        headers["X-Telegram-Bot-Api-Secret-Token"] = secret
-    data = raw if raw is not None else json.dumps(body).encode()
-    async with (
-        aiohttp.ClientSession() as s,
-        s.post(f"http://127.0.0.1:{port}/telegram/webhook", data=data, headers=headers) as r,
-    ):
-        return r.status
-
-
-def sent_to(fake: FakeBotApi, chat: int, method: str = "sendMessage") -> list[Call]:
-    return [c for c in fake.called(method) if int(c.params["chat_id"]) == chat]
-
-
-async def wait_sent(
-    fake: FakeBotApi, chat: int, contains: str, count: int = 1, timeout: float = 30
-) -> list[Call]:
-    found: list[Call] = []
-
-    def check() -> bool:
-        nonlocal found
-        found = [c for c in sent_to(fake, chat) if contains in c.params.get("text", "")]
-        return len(found) >= count
-
-    try:
-        await wait_until(check, timeout, f"{count} sendMessage to {chat} with {contains!r}")
-    except AssertionError as exc:  # say what the fake saw
-        seen = [(c.method, c.status, c.params.get("text", "")[:60]) for c in fake.calls]
-        raise AssertionError(f"{exc}; the fake Bot API saw {seen}") from None
-    return found
-
-
-def sample(app: Any, name: str, **labels: str) -> float:
-    value = app.metrics.registry.get_sample_value(name, labels)
-    return float(value or 0.0)
-
-
-async def stored(app: Any) -> int:
-    total = 0
-    for state in InboxState:
-        total += len(await app.store.messages_in_state(state))
-    return total
-
-
-def update(update_id: int, chat: dict[str, Any], user: int, text: str, **extra: Any) -> dict:
-    msg = {
-        "message_id": update_id % 100000,
-        "from": {"id": user, "is_bot": False, "first_name": "Grace" if user == GRACE else "Ada"},
-        "chat": chat,
-        "date": 1764669660,
-        "text": text,
-        **extra,
-    }
-    return {"update_id": update_id, "message": msg}
-
-
-GROUP_CHAT = {"id": GROUP, "title": "Ops", "type": "supergroup"}
 
 
 # -- intake ------------------------------------------------------------------------------------
@@ -141,11 +74,23 @@ async def test_webhook_refuses_a_wrong_or_missing_secret_and_bad_json(
         )
         assert await stored(app) == 0
         assert await post(app.port, None, raw=b"{not json") == 400
+        assert await post(app.port, [1, 2]) == 400  # JSON, but not an update
+        assert await post(app.port, {"update_id": "seven", "message": {}}) == 400
         assert await stored(app) == 0
         assert not fake.called("sendMessage")
-        # the webhook was set with the secret at start
+        # the webhook was set with the secret at start, for the updates the adapter reads
         (hook,) = fake.called("setWebhook")
         assert hook.params["secret_token"] == SECRET
+        assert hook.params["url"] == env["JAZZ_BRIDGE_TELEGRAM__WEBHOOK_URL"]
+        assert set(hook.params["allowed_updates"]) == {
+            "message",
+            "edited_message",
+            "callback_query",
+        }
+        assert not fake.called("getUpdates")
+        # and the right secret is let in
+        assert await post(app.port, vector("private_message")) == 200
+        assert await stored(app) == 1
 
 
 async def test_private_message_runs_once_even_when_redelivered(
@@ -153,17 +98,20 @@ async def test_private_message_runs_once_even_when_redelivered(
 ) -> None:
     async with running_gateway(env) as (app, _client):
         body = vector("private_message")
-        assert await post(app.port, body) == 200
-        assert await post(app.port, body) == 200  # Telegram redelivers the same update_id
+        # Telegram redelivers an update whose 200 it did not see, even while the first runs
+        first = await asyncio.gather(post(app.port, body), post(app.port, body))
+        assert first == [200, 200]
         (answer,) = await wait_sent(fake, ADA, "calendar")
         assert "reference runner" in answer.params["text"].lower()
         assert answer.params.get("entities")  # Markdown went out as entities
-        assert (
-            sample(app, "jazz_bridge_messages_total", platform="telegram", outcome="duplicate") == 1
-        )
         await wait_until(
             lambda: sample(app, "jazz_bridge_runs_total", outcome="ok") == 1, 20, "one run"
         )
+        assert await post(app.port, body) == 200  # and again after it ran
+        assert (
+            sample(app, "jazz_bridge_messages_total", platform="telegram", outcome="duplicate") == 2
+        )
+        assert sample(app, "jazz_bridge_runs_total", outcome="ok") == 1
         assert len(await app.store.messages_in_state(InboxState.DONE)) == 1
         assert len([c for c in sent_to(fake, ADA) if "calendar" in c.params["text"]]) == 1
 
@@ -206,7 +154,50 @@ async def test_group_needs_a_mention_and_edits_are_not_turns(
         command = update(730000202, GROUP_CHAT, GRACE, "/status@jazz_example_bot")
         assert await post(app.port, command) == 200
         await wait_sent(fake, GROUP, "Idle")
+        # a reply to one of the bot's messages is addressed to it, without a mention
+        bot_message = {
+            "message_id": 5001,
+            "from": {"id": BOT, "is_bot": True, "first_name": "Jazz", "username": BOT_NAME},
+            "chat": GROUP_CHAT,
+            "date": 1764669700,
+            "text": "an earlier answer",
+        }
+        follow_up = update(
+            730000203, GROUP_CHAT, GRACE, "and the restore logs?", reply_to_message=bot_message
+        )
+        assert await post(app.port, follow_up) == 200
+        await wait_sent(fake, GROUP, "and the restore logs?")
+        # a reply to another person is not
+        human = {**bot_message, "from": {"id": ADA, "is_bot": False, "first_name": "Ada"}}
+        aside = update(730000204, GROUP_CHAT, GRACE, "agreed, thanks", reply_to_message=human)
+        assert await post(app.port, aside) == 200
+        assert (
+            sample(app, "jazz_bridge_messages_total", platform="telegram", outcome="ignored") == 4
+        )
         assert not sent_to(fake, ADA)  # the edited private message never ran
+        await wait_until(
+            lambda: sample(app, "jazz_bridge_runs_total", outcome="ok") == 2, 20, "two runs"
+        )
+        assert not [c for c in sent_to(fake, GROUP) if "agreed" in c.params["text"]]
+
+
+async def test_private_chats_take_every_message_and_groups_all_with_the_all_trigger(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    env["JAZZ_BRIDGE_TELEGRAM__GROUP_TRIGGER"] = "all"
+    async with running_gateway(env) as (app, _client):
+        chat = vector("private_message")["message"]["chat"]
+        assert await post(app.port, update(730000250, chat, ADA, "no mention here")) == 200
+        await wait_sent(fake, ADA, "no mention here")
+        chatter = update(730000251, GROUP_CHAT, GRACE, "plain group chatter")
+        assert await post(app.port, chatter) == 200
+        (answer,) = await wait_sent(fake, GROUP, "plain group chatter")
+        assert answer.params["reply_parameters"]["message_id"] == 251
+        other_bot = update(730000252, GROUP_CHAT, GRACE, "/status@some_other_bot")
+        assert await post(app.port, other_bot) == 200  # still not for this bot
+        assert (
+            sample(app, "jazz_bridge_messages_total", platform="telegram", outcome="ignored") == 1
+        )
 
 
 async def test_callbacks_only_the_requester_approves_and_every_query_is_answered(
@@ -314,8 +305,23 @@ async def test_long_answer_is_split_under_telegram_limit(
             lambda: sample(app, "jazz_bridge_runs_total", outcome="ok") == 1, 30, "the run"
         )
         await wait_until(lambda: len(sent_to(fake, ADA)) >= 3, 30, "the answer in several messages")
+        await wait_until(
+            lambda: (
+                sample(app, "jazz_bridge_replies_total", surface="telegram", result="sent")
+                == len(sent_to(fake, ADA))
+            ),
+            30,
+            "every part recorded as sent",
+        )
+        code_blocks = 0
         for call in sent_to(fake, ADA):
-            assert len(call.params["text"].encode("utf-16-le")) // 2 <= 4096
+            text = call.params["text"]
+            assert utf16(text) <= 4096
+            assert "```" not in text  # fences became entities, none was cut open
+            for e in call.params.get("entities") or []:
+                assert e["offset"] >= 0 and e["offset"] + e["length"] <= utf16(text)
+                code_blocks += e["type"] == "pre"
+        assert code_blocks >= 2
 
 
 async def test_set_my_commands_only_when_the_list_changed(
@@ -323,10 +329,16 @@ async def test_set_my_commands_only_when_the_list_changed(
 ) -> None:
     async with running_gateway(env):
         pass
+    async with running_gateway(env) as (app, _client):
+        assert len(fake.called("setMyCommands")) == 1  # the same list: not sent again
+        # as after an upgrade that changed the list: the stored digest no longer matches
+        await app.store.set_kv(f"telegram:{BOT}:commands-sha256", "an older list")
     async with running_gateway(env):
         pass
-    assert len(fake.called("setMyCommands")) == 1
-    assert len(fake.called("setWebhook")) == 2
+    assert len(fake.called("setMyCommands")) == 2
+    assert len(fake.called("setWebhook")) == 3
+    names = [c["command"] for c in fake.called("setMyCommands")[-1].params["commands"]]
+    assert names == ["start", "help", "new", "status", "stop"]
 
 
 async def test_document_is_downloaded_into_the_home(env: dict[str, str], fake: FakeBotApi) -> None:
@@ -340,7 +352,13 @@ async def test_document_is_downloaded_into_the_home(env: dict[str, str], fake: F
         home = await asyncio.to_thread(app.provisioned.homes.ensure, f"telegram:{ADA}")
         (saved,) = (home.path / "workspace" / "attachments").glob("*report.pdf")
         assert saved.read_bytes() == b"%PDF-1.4 x"
-        assert saved.stat().st_uid == home.account.uid
+        st = saved.stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (
+            home.account.uid,
+            home.operator_gid,
+            0o640,
+        )
+        assert f"{saved}: 10 bytes" in answer.params["text"]  # the runner got the path
 
 
 # -- polling -----------------------------------------------------------------------------------
@@ -385,6 +403,76 @@ async def test_a_document_over_20_mb_is_answered_plainly(
         assert not fake.called("getFile")
 
 
+async def test_photo_voice_and_audio_are_downloaded_into_the_home(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    chat = vector("private_message")["message"]["chat"]
+    sizes = [(90, 67, "ph-small"), (1280, 960, "ph-large"), (320, 240, "ph-medium")]
+    photo = [
+        {"file_id": fid, "file_unique_id": f"u-{fid}", "width": w, "height": h, "file_size": w}
+        for w, h, fid in sizes
+    ]
+    voice = {"file_id": "vo-1", "file_unique_id": "u-vo-1", "duration": 2, "mime_type": "audio/ogg"}
+    audio = {
+        "file_id": "au-1",
+        "file_unique_id": "u-au-1",
+        "duration": 3,
+        "file_name": "song.mp3",
+        "mime_type": "audio/mpeg",
+    }
+    fake.add_file("ph-large", "photos/file_9.jpg", b"\xff\xd8large")
+    fake.add_file("ph-small", "photos/file_7.jpg", b"\xff\xd8s")
+    fake.add_file("ph-medium", "photos/file_8.jpg", b"\xff\xd8medium")
+    fake.add_file("vo-1", "voice/file_10.oga", b"OggSvoice")
+    fake.add_file("au-1", "music/file_11.mp3", b"ID3audio!")
+    async with running_gateway(env) as (app, _client):
+        home = await asyncio.to_thread(app.provisioned.homes.ensure, f"telegram:{ADA}")
+        attachments = home.path / "workspace" / "attachments"
+        for i, (key, media, data) in enumerate(
+            [
+                ("photo", photo, b"\xff\xd8large"),
+                ("voice", voice, b"OggSvoice"),
+                ("audio", audio, b"ID3audio!"),
+            ]
+        ):
+            body = update(730000650 + i, chat, ADA, "", **{key: media, "caption": f"see {key}"})
+            del body["message"]["text"]
+            assert await post(app.port, body) == 200
+            (answer,) = await wait_sent(fake, ADA, f"see {key}")
+            (saved,) = [f for f in attachments.iterdir() if f.read_bytes() == data]
+            st = saved.stat()
+            assert (st.st_uid, st.st_gid) == (home.account.uid, home.operator_gid)
+            assert f"{saved}: {len(data)} bytes" in answer.params["text"]
+        # only the largest photo size was fetched
+        fetched = [c.params["file_id"] for c in fake.called("getFile")]
+        assert fetched == ["ph-large", "vo-1", "au-1"]
+        assert fake.downloads == ["photos/file_9.jpg", "voice/file_10.oga", "music/file_11.mp3"]
+        assert sorted(f.name for f in attachments.iterdir())[-1].endswith("song.mp3")
+
+
+async def test_a_file_telegram_will_not_give_is_answered_plainly(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    chat = vector("private_message")["message"]["chat"]
+    unknown = {"file_id": "gone", "file_unique_id": "u-gone", "file_name": "old.txt"}
+    big = {"file_id": "big", "file_unique_id": "u-big", "file_name": "huge.bin"}  # no size
+    fake.add_file("big", "documents/huge.bin", b"\0" * (20 * 1024 * 1024 + 1))
+    env["JAZZ_BRIDGE_LIMITS__MAX_ATTACHMENT_BYTES"] = str(64 * 1024 * 1024)
+    async with running_gateway(env) as (app, _client):
+        body = update(730000680, chat, ADA, "", document=unknown, caption="read it")
+        del body["message"]["text"]
+        assert await post(app.port, body) == 200
+        (refused,) = await wait_sent(fake, ADA, "old.txt")
+        assert "invalid file_id" in refused.params["text"].lower()
+        body = update(730000681, chat, ADA, "", document=big, caption="and this")
+        del body["message"]["text"]
+        assert await post(app.port, body) == 200
+        (too_big,) = await wait_sent(fake, ADA, "huge.bin")
+        assert "20,971,520-byte limit" in too_big.params["text"]
+        assert not fake.downloads  # the size getFile reported was enough to refuse it
+        assert not [c for c in sent_to(fake, ADA) if "reference runner" in c.params["text"]]
+
+
 async def test_stop_button_on_the_progress_bubble(env: dict[str, str], fake: FakeBotApi) -> None:
     async with running_gateway(env) as (app, _client):
         chat = vector("private_message")["message"]["chat"]
@@ -397,28 +485,35 @@ async def test_stop_button_on_the_progress_bubble(env: dict[str, str], fake: Fak
         (stop,) = [b for row in bubble()[0].params["reply_markup"]["inline_keyboard"] for b in row]
         assert stop["text"] == "Stop"
         await wait_until(lambda: bool(fake.called("sendChatAction")), 10, "typing")
-        press = {
-            "update_id": 730000701,
-            "callback_query": {
-                "id": "cq-stop",
-                "from": {"id": ADA, "is_bot": False, "first_name": "Ada"},
-                "message": {"message_id": 1, "chat": chat, "date": 1, "text": "working"},
-                "chat_instance": "1",
-                "data": stop["callback_data"],
-            },
-        }
-        assert await post(app.port, press) == 200
+        bubble_id = 5000  # the fake's first message id: the bubble is the first message sent
+        # someone else's press (say, the link was forwarded): an alert, the run goes on
+        assert await post(app.port, press(730000701, GRACE, chat, stop["callback_data"])) == 200
+        refused = fake.called("answerCallbackQuery")[-1]
+        assert refused.params["show_alert"] is True and "Only" in refused.params["text"]
+        assert sample(app, "jazz_bridge_runs_total", outcome="interrupted") == 0
+        assert await post(app.port, press(730000702, ADA, chat, stop["callback_data"])) == 200
         await wait_sent(fake, ADA, "Stopped by")
         assert fake.called("answerCallbackQuery")[-1].params.get("show_alert") in (False, None)
+        assert len(fake.called("answerCallbackQuery")) == 2
+        await wait_until(
+            lambda: sample(app, "jazz_bridge_runs_total", outcome="interrupted") == 1, 10, "stop"
+        )
+        closing = [
+            c for c in fake.called("editMessageText") if int(c.params["message_id"]) == bubble_id
+        ][-1]
+        assert closing.params["text"].startswith("✗") and "reply_markup" not in closing.params
 
 
 async def test_allowlist_and_configuration_errors(env: dict[str, str], fake: FakeBotApi) -> None:
     from bridge.errors import AdapterError
 
     no_list = dict(env, JAZZ_BRIDGE_TELEGRAM__ALLOW_EVERYONE="false")
-    with pytest.raises(AdapterError, match="allowlist"):
+    with pytest.raises(AdapterError, match="allowlist") as refused:
         async with running_gateway(no_list):
             pass
+    for key in ("telegram.allowed_chats", "telegram.allowed_users", "telegram.allow_everyone"):
+        assert key in str(refused.value)
+    assert not fake.called("setWebhook")  # refused before it took any update
     no_secret = {k: v for k, v in env.items() if k != "JAZZ_BRIDGE_TELEGRAM__WEBHOOK_SECRET"}
     with pytest.raises(AdapterError, match=r"telegram\.webhook_secret"):
         async with running_gateway(no_secret):
@@ -428,5 +523,16 @@ async def test_allowlist_and_configuration_errors(env: dict[str, str], fake: Fak
         assert await post(app.port, vector("group_mention")) == 200  # Grace: not allowed
         assert sample(app, "jazz_bridge_messages_total", platform="telegram", outcome="denied") == 1
         assert await stored(app) == 0
+        # her button presses are answered (the button would spin) but do nothing
+        assert await post(app.port, press(730000801, GRACE, GROUP_CHAT, "some-token.y")) == 200
+        (toast,) = fake.called("answerCallbackQuery")
+        assert toast.params["show_alert"] is True and "not allowed" in toast.params["text"]
+        assert sample(app, "jazz_bridge_messages_total", platform="telegram", outcome="denied") == 2
         assert await post(app.port, vector("private_message")) == 200
         await wait_sent(fake, ADA, "calendar")
+        assert not sent_to(fake, GROUP)
+    # a chat on the list lets in everyone in it
+    ops_chat = dict(no_list, JAZZ_BRIDGE_TELEGRAM__ALLOWED_CHATS=f"[{GROUP}]")
+    async with running_gateway(ops_chat) as (app, _client):
+        assert await post(app.port, vector("group_mention")) == 200
+        await wait_sent(fake, GROUP, "check the backup logs")

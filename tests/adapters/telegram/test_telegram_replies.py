@@ -1,0 +1,244 @@
+"""Telegram replies through the real gateway: progress, typing, commands, prompts, flood control.
+
+The real PTB client talks to a fake Bot API; the reference runner is steered from the chat
+text (``!delay``, ``!ask``, ``!artifact``, ``!long``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import remove_accounts
+from tg_support import (
+    ADA,
+    BOT_NAME,
+    FORUM,
+    FORUM_CHAT,
+    GRACE,
+    TOKEN,
+    Call,
+    FakeBotApi,
+    buttons,
+    mention,
+    post,
+    press,
+    private_chat,
+    running_gateway,
+    sample,
+    seen,
+    sent_to,
+    telegram_env,
+    texts,
+    update,
+    utf16,
+    wait_sent,
+    wait_until,
+)
+
+# PTB 22 itself warns when it builds a RetryAfter (its type becomes timedelta in v23)
+pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
+NOT_AN_AI = "reference runner, not an AI"
+EDIT_INTERVAL_S = 2.0  # the Telegram surface's declared progress edit interval
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeBotApi]:
+    api = FakeBotApi(TOKEN)
+    await api.start()
+    yield api
+    await api.stop()
+
+
+@pytest.fixture
+def env(
+    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeBotApi
+) -> Iterator[dict[str, str]]:
+    yield telegram_env(tmp_path / "root", fake_dir, uid_range, fake)
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+def to_chat(fake: FakeBotApi, chat: int) -> list[Call]:
+    return [c for c in fake.calls if str(c.params.get("chat_id")) == str(chat)]
+
+
+async def test_a_run_in_a_forum_topic_shows_progress_typing_and_files_in_that_topic(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    topic = {"message_thread_id": 42, "is_topic_message": True}
+    async with running_gateway(env) as (app, _client):
+        ask = mention(730001000, FORUM_CHAT, ADA, "!delay 6 !artifact plot.png", **topic)
+        assert await post(app.port, ask) == 200
+        (answer,) = await wait_sent(fake, FORUM, NOT_AN_AI)
+        await wait_until(lambda: bool(sent_to(fake, FORUM, "sendPhoto")), 20, "the artifact")
+
+        # every call into the forum chat that can carry a topic carries this one
+        for call in to_chat(fake, FORUM):
+            if call.method in ("sendMessage", "sendChatAction", "sendPhoto", "sendDocument"):
+                assert int(call.params["message_thread_id"]) == 42, (call.method, call.params)
+        # typing renewed while the run works (every ~4 s: at least twice in 6 s)
+        typing = sent_to(fake, FORUM, "sendChatAction")
+        assert len(typing) >= 2 and {c.params["action"] for c in typing} == {"typing"}
+        # one progress bubble with a Stop button, edited at most every 2 s, closed by the summary
+        bubbles = [c for c in sent_to(fake, FORUM) if c.params.get("reply_markup")]
+        assert len(bubbles) == 1 and list(buttons(bubbles[0])) == ["Stop"]
+        edits = [
+            c
+            for c in fake.called("editMessageText")
+            if int(c.params["chat_id"]) == FORUM and c.status == 200
+        ]
+        progress = [c for c in edits if c.params.get("reply_markup")]
+        assert progress, seen(fake)
+        for a, b in itertools.pairwise(progress):
+            assert b.at - a.at >= EDIT_INTERVAL_S - 0.1
+        closing = edits[-1]
+        assert "reply_markup" not in closing.params and closing.params["text"].startswith("✓")
+        assert closing.at <= answer.at  # the summary closes the bubble before the answer
+        # the answer is a new message; the photo came from the topic's own home
+        assert "reply_markup" not in answer.params
+        (photo,) = sent_to(fake, FORUM, "sendPhoto")
+        assert photo.params["photo"]["filename"] == "plot.png"
+        topic_home = await asyncio.to_thread(app.provisioned.homes.ensure, f"telegram:{FORUM}:42")
+        general_home = await asyncio.to_thread(app.provisioned.homes.ensure, f"telegram:{FORUM}")
+        assert topic_home.path != general_home.path
+        assert topic_home.account.uid != general_home.account.uid
+        assert (topic_home.path / "workspace" / "plot.png").is_file()
+        assert not (general_home.path / "workspace" / "plot.png").exists()
+
+
+async def test_commands_start_new_stop_also_as_cmd_at_botname(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    chat = private_chat(ADA)
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, update(730001100, chat, ADA, "/start")) == 200
+        await wait_sent(fake, ADA, "/new")
+        assert await post(app.port, update(730001101, chat, ADA, "hello")) == 200
+        await wait_sent(fake, ADA, "Earlier turns in this conversation: 0")
+        assert await post(app.port, update(730001102, chat, ADA, "again")) == 200
+        await wait_sent(fake, ADA, "Earlier turns in this conversation: 1")
+        assert await post(app.port, update(730001103, chat, ADA, f"/new@{BOT_NAME}")) == 200
+        await wait_sent(fake, ADA, "Started a fresh conversation")
+        assert await post(app.port, update(730001104, chat, ADA, "after new")) == 200
+        await wait_sent(fake, ADA, "Earlier turns in this conversation: 0", count=2)
+        assert await post(app.port, update(730001105, chat, ADA, "/stop")) == 200
+        await wait_sent(fake, ADA, "Nothing is running")
+        assert await post(app.port, update(730001106, chat, ADA, "!delay 30")) == 200
+        await wait_until(
+            lambda: any(c.params.get("reply_markup") for c in sent_to(fake, ADA)), 15, "a bubble"
+        )
+        assert await post(app.port, update(730001107, chat, ADA, f"/stop@{BOT_NAME}")) == 200
+        await wait_sent(fake, ADA, "Stopped by")
+        await wait_sent(fake, ADA, "⏹️ Stopped.")
+        await wait_until(
+            lambda: sample(app, "jazz_bridge_runs_total", outcome="interrupted") == 1,
+            15,
+            "the run stopped",
+        )
+        # each command was answered once, and none of them reached the runner
+        assert len(texts(fake, ADA, "Started a fresh conversation")) == 1
+        assert not texts(fake, ADA, "You said:\n/")
+
+
+async def test_a_question_is_answered_with_its_buttons(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    chat = private_chat(ADA)
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, update(730001200, chat, ADA, "!ask colour?")) == 200
+        (prompt,) = await wait_sent(fake, ADA, "colour?")
+        choices = buttons(prompt)
+        assert {"Red", "Blue", "Skip"} <= set(choices)
+        assert all(len(data.encode()) <= 64 for data in choices.values())
+        assert await post(app.port, press(730001201, ADA, chat, choices["Blue"])) == 200
+        await wait_sent(fake, ADA, "you answered: blue")
+        (answered,) = fake.called("answerCallbackQuery")
+        assert answered.params["callback_query_id"] == "cq730001201"
+        # the same button again: the prompt is gone, and the presser is told so
+        assert await post(app.port, press(730001202, ADA, chat, choices["Red"])) == 200
+        stale = fake.called("answerCallbackQuery")[-1]
+        assert stale.params["show_alert"] is True and "expired" in stale.params["text"]
+        assert not texts(fake, ADA, "you answered: red")
+
+
+async def test_after_a_429_progress_is_dropped_and_answers_wait_for_the_cooldown(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    cooldown = 3
+    fake.fail_next("editMessageText", "429", retry_after=cooldown)
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, update(730001300, private_chat(ADA), ADA, "!delay 6")) == 200
+        await wait_until(
+            lambda: any(c.status == 429 for c in fake.calls), 20, "a 429 on a progress edit"
+        )
+        (refused,) = [c for c in fake.calls if c.status == 429]
+        # another chat's command during the bot-wide cooldown: delayed, never dropped
+        assert await post(app.port, update(730001301, private_chat(GRACE), GRACE, "/status")) == 200
+        (status,) = await wait_sent(fake, GRACE, "Idle")
+        (answer,) = await wait_sent(fake, ADA, NOT_AN_AI)
+        window = (refused.at, refused.at + cooldown - 0.1)
+        during = [c for c in fake.calls if window[0] < c.at < window[1]]
+        assert not [c for c in during if c.method != "getUpdates"], [
+            (c.method, c.at - refused.at) for c in during
+        ]
+        assert status.at >= window[1] and answer.at >= window[1]
+        await wait_until(
+            lambda: (
+                sample(app, "jazz_bridge_replies_total", surface="telegram", result="sent") == 2
+            ),
+            10,
+            "the status and the answer recorded as sent",
+        )
+        assert len(texts(fake, ADA, NOT_AN_AI)) == 1 and len(texts(fake, GRACE, "Idle")) == 1
+
+
+async def test_a_429_in_the_middle_of_a_long_answer_sends_nothing_twice(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    chat = private_chat(ADA)
+
+    # 2,100 astral characters (4,200 UTF-16 units) quoted back make one reply longer than a
+    # Telegram message: the surface splits it in two. A 429 on the second message:
+    def second_message_of_the_reply(p: dict[str, Any]) -> bool:
+        return "😀" in p.get("text", "") and NOT_AN_AI not in p["text"]
+
+    # `!long 9000` is split by the core into several replies. A 429 on the second one:
+    def second_reply(p: dict[str, Any]) -> bool:
+        text = p.get("text", "")
+        return "Paragraph" in text and NOT_AN_AI not in text and not p.get("reply_markup")
+
+    fake.fail_next("sendMessage", "429", when=second_message_of_the_reply)
+    fake.fail_next("sendMessage", "429", when=second_reply)
+    async with running_gateway(env) as (app, _client):
+
+        async def all_sent(runs: int) -> bool:
+            return (
+                sample(app, "jazz_bridge_runs_total", outcome="ok") == runs
+                and not await app.store.undelivered_replies()
+            )
+
+        assert await post(app.port, update(730001400, chat, ADA, "😀" * 2100)) == 200
+        await wait_until(lambda: all_sent(1), 40, "the first answer sent")
+        assert await post(app.port, update(730001401, chat, ADA, "!long 9000")) == 200
+        await wait_until(lambda: all_sent(2), 40, "the second answer sent")
+        refused = [c for c in fake.calls if c.status == 429]
+        assert len(refused) == 2, seen(fake)
+        answer = [c for c in sent_to(fake, ADA) if not c.params.get("reply_markup")]
+        sent = [c.params["text"] for c in answer]
+        assert len(sent) == len(set(sent)), "a part was sent twice"
+        for r in refused:
+            assert sent.count(r.params["text"]) == 1  # resent once, after the 429
+        assert len(answer) >= 5
+        # in order: the split reply's two messages, then the long answer's replies
+        assert NOT_AN_AI in sent[0] and "😀" in sent[1]
+        first, second = (sent.index(r.params["text"]) for r in refused)
+        assert first == 1 and second > first + 1 and NOT_AN_AI in sent[second - 1]
+        for call in answer:
+            length = utf16(call.params["text"])
+            assert length <= 4096
+            for e in call.params.get("entities") or []:
+                assert e["offset"] >= 0 and e["offset"] + e["length"] <= length
