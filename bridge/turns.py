@@ -535,6 +535,9 @@ class Engine:
                 "run again after midnight UTC.",
             )
             return
+        if slot.last is not None:  # the previous run's leftovers are gone before this one
+            last, slot.last = slot.last, None  # (waited for without holding a run slot)
+            await last.settled()
         await self._acquire_slot(slot, msg)
         self._in_flight += 1
         self.metrics.runs_in_flight.inc()
@@ -568,9 +571,6 @@ class Engine:
             await asyncio.gather(*settling, return_exceptions=True)
 
     async def _run_turn(self, slot: ConversationSlot, msg: MessageRecord) -> None:
-        if slot.last is not None:  # the previous run's leftovers are gone before this one
-            last, slot.last = slot.last, None
-            await last.settled()
         run_record = await self.store.begin_run(msg.id, msg.sender_id)
         if run_record is None:  # no longer accepted: started or answered already
             return

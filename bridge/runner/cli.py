@@ -35,7 +35,7 @@ from .base import (
     finalize,
 )
 from .envelope import parse_envelope
-from .procs import RUN_TAG_ENV, kill_all, signal_group
+from .procs import RUN_TAG_ENV, Sweeps, kill_all, signal_group
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class CliRunner(RunnerBackend):
             raise RunnerError("runner.command is empty")
         self.command = list(command)
         self.kill_grace_s = kill_grace_s
+        self.sweeps = Sweeps()  # finished runs' leftovers, one /proc scan for many
 
     def argv(self, request: RunRequest) -> list[str]:
         argv = [
@@ -97,16 +98,25 @@ class CliRunner(RunnerBackend):
             raise RunnerError(
                 f"cannot start the runner {self.command[0]!r}: {exc.strerror}; check runner.command"
             ) from exc
-        handle = CliRunHandle(proc, request, tag, self.kill_grace_s)
+        handle = CliRunHandle(proc, request, tag, self.kill_grace_s, self.sweeps)
         await handle.begin()
         return handle
+
+    async def close(self) -> None:
+        await self.sweeps.close()
 
 
 class CliRunHandle(RunHandle):
     def __init__(
-        self, proc: asyncio.subprocess.Process, request: RunRequest, tag: str, grace: float
+        self,
+        proc: asyncio.subprocess.Process,
+        request: RunRequest,
+        tag: str,
+        grace: float,
+        sweeps: Sweeps | None = None,
     ) -> None:
         self.proc = proc
+        self.sweeps = sweeps
         self.request = request
         self.tag = tag
         self.grace = grace
@@ -276,9 +286,12 @@ class CliRunHandle(RunHandle):
             log.warning("runner pid %d ignored SIGTERM for %.1fs; killing it", pgid, self.grace)
         await self._sweep()
 
-    async def _sweep(self) -> None:
+    async def _sweep(self, *, urgent: bool = True) -> None:
         uid = self.request.identity.uid
-        left = await asyncio.to_thread(kill_all, self.tag, uid, self.proc.pid)
+        if urgent or self.sweeps is None:  # /stop, timeout: now, on its own
+            left = await asyncio.to_thread(kill_all, self.tag, uid, self.proc.pid)
+        else:
+            left = await self.sweeps.sweep(self.tag, uid, self.proc.pid)
         if left:
             log.error("processes %s of a run survived SIGKILL", left)
 
@@ -305,7 +318,7 @@ class CliRunHandle(RunHandle):
             # The run is over: nothing it started may linger (children that called setsid).
             # The sweep runs beside reading the last output and recording the answer (it
             # also closes pipes a lingering child holds); settled() waits for it.
-            self._sweeper = asyncio.create_task(self._sweep(), name="runner-sweep")
+            self._sweeper = asyncio.create_task(self._sweep(urgent=False), name="runner-sweep")
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.gather(*self._tasks[:2]), timeout=5)
             for task in self._tasks:

@@ -5,14 +5,20 @@ an environment variable only it carries (``JAZZ_RUN_TAG``), and, when isolated, 
 a uid that belongs to its conversation alone (one run at a time per conversation), so
 "everything of this run" is exact: the process group, every process carrying the tag, and
 every process of the conversation's uid.
+
+A scan of ``/proc`` costs milliseconds of CPU. After a run ends normally, its sweep is not
+urgent (it must be done before the conversation's next run), so :class:`Sweeps` serves every
+run waiting to be swept with one scan, at most one scan per ``min_interval_s``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import time
+from dataclasses import dataclass
 
 RUN_TAG_ENV = "JAZZ_RUN_TAG"
 
@@ -24,48 +30,90 @@ def _proc_pids() -> list[int]:
         return []
 
 
-def _real_uid(pid: int) -> int | None:
+def _read(path: str, limit: int = 1 << 20) -> bytes | None:
+    """A small /proc file whole (os-level calls: this runs for every process, every sweep)."""
     try:
-        with open(f"/proc/{pid}/status", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"Uid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-        return data[data.rindex(b")") + 2 : data.rindex(b")") + 3] == b"Z"
-    except (OSError, ValueError):
-        return True
-
-
-def _has_tag(pid: int, needle: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            return needle in fh.read().split(b"\0")
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
+    try:
+        chunks = []
+        size = 0
+        while size < limit:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _status(pid: int) -> tuple[int, bool] | None:
+    """(real uid, is a zombie) of a live pid, None when it is gone."""
+    data = _read(f"/proc/{pid}/status")
+    if not data:
+        return None
+    try:
+        at = data.index(b"\nUid:") + 5
+        uid = int(data[at : data.index(b"\t", at + 1)].strip())
+    except ValueError:
+        return None
+    return uid, b"\nState:\tZ" in data
+
+
+def _tags(pid: int) -> set[bytes]:
+    data = _read(f"/proc/{pid}/environ")
+    if not data:
+        return set()
+    return {item for item in data.split(b"\0") if item.startswith(RUN_TAG_ENV.encode() + b"=")}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One run to sweep: its tag, its account (isolated; never root) and process group."""
+
+    tag: str | None
+    uid: int | None
+    pgid: int | None
+
+    @property
+    def needle(self) -> bytes | None:
+        return f"{RUN_TAG_ENV}={self.tag}".encode() if self.tag else None
+
+
+def scan(targets: list[Target]) -> list[list[int]]:
+    """Live processes of each target (one pass over /proc for all of them)."""
+    me = os.getpid()
+    by_uid: dict[int, list[int]] = {}
+    by_tag: dict[bytes, list[int]] = {}
+    for i, t in enumerate(targets):
+        if t.uid is not None:
+            by_uid.setdefault(t.uid, []).append(i)
+        if t.needle is not None:
+            by_tag.setdefault(t.needle, []).append(i)
+    found: list[list[int]] = [[] for _ in targets]
+    for pid in _proc_pids():
+        if pid == me:
+            continue
+        status = _status(pid)
+        if status is None or status[1]:
+            continue  # gone, or a zombie (nothing left to kill)
+        hits = set(by_uid.get(status[0], ()))
+        if by_tag and len(hits) < len(targets):
+            for needle in _tags(pid):
+                hits.update(by_tag.get(needle, ()))
+        for i in hits:
+            found[i].append(pid)
+    return found
 
 
 def run_processes(tag: str | None, uid: int | None) -> list[int]:
     """Live processes of one run: tagged, or (isolated) of the conversation's uid."""
-    me = os.getpid()
-    needle = f"{RUN_TAG_ENV}={tag}".encode() if tag else None
-    found = []
-    for pid in _proc_pids():
-        if pid == me:
-            continue
-        mine = (uid is not None and _real_uid(pid) == uid) or (
-            needle is not None and _has_tag(pid, needle)
-        )
-        if mine and not _is_zombie(pid):
-            found.append(pid)
-    return found
+    return scan([Target(tag, uid, None)])[0]
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -80,18 +128,69 @@ def kill_all(
 
     Returns the pids that were still alive at the deadline (normally none).
     """
-    if uid is not None and uid == 0:
-        uid = None  # never sweep root's processes
+    return kill_many([Target(tag, uid, pgid)], deadline_s)[0]
+
+
+def kill_many(targets: list[Target], deadline_s: float = 3.0) -> list[list[int]]:
+    """:func:`kill_all` for several runs at once: one /proc scan per round for all."""
+    targets = [Target(t.tag, None if t.uid == 0 else t.uid, t.pgid) for t in targets]
     end = time.monotonic() + deadline_s
     while True:
-        if pgid is not None:
-            signal_group(pgid, signal.SIGKILL)
-        pids = run_processes(tag, uid)
+        for t in targets:
+            if t.pgid is not None:
+                signal_group(t.pgid, signal.SIGKILL)
+        found = scan(targets)
+        pids = {pid for group in found for pid in group}
         if not pids:
-            return []
+            return found
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         if time.monotonic() >= end:
-            return run_processes(tag, uid)
+            return scan(targets)
         time.sleep(0.01)  # poll interval while the kernel tears processes down (bounded)
+
+
+class Sweeps:
+    """Sweeps of finished runs, coalesced: one /proc scan serves every run waiting.
+
+    ``sweep`` returns the pids that survived (normally none) once the run's processes are
+    gone. A scan starts at once when none ran in the last ``min_interval_s``, else at the
+    end of that interval with every request that arrived meanwhile. ``close`` waits for
+    the scan in progress.
+    """
+
+    def __init__(self, min_interval_s: float = 0.05) -> None:
+        self.min_interval_s = min_interval_s
+        self._waiting: list[tuple[Target, asyncio.Future[list[int]]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._last = 0.0
+
+    async def sweep(self, tag: str | None, uid: int | None, pgid: int | None) -> list[int]:
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._waiting.append((Target(tag, uid, pgid), future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(), name="run-sweeps")
+        return await asyncio.shield(future)
+
+    async def _drain(self) -> None:
+        while self._waiting:
+            pause = self._last + self.min_interval_s - time.monotonic()
+            if pause > 0:
+                await asyncio.sleep(pause)  # rate limit: requests gather meanwhile
+            batch, self._waiting = self._waiting, []
+            self._last = time.monotonic()
+            try:
+                left = await asyncio.to_thread(kill_many, [t for t, _ in batch])
+            except Exception as exc:  # handed to every waiter
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), pids in zip(batch, left, strict=True):
+                if not future.done():
+                    future.set_result(pids)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
