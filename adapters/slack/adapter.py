@@ -163,22 +163,27 @@ class SlackAdapter:
                 raise AdapterError(f"slack socket mode could not connect: {exc}") from exc
 
     async def stop(self) -> None:
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=5)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Close intake (the socket), then let answers to button presses finish briefly."""
         if self._socket is not None:
             try:
                 await self._socket.close_async()
             finally:
                 self._socket = None
                 self._down = "socket mode closed"
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=1)  # the core allows adapters 2 s to stop
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def shutdown(self) -> None:
         await self.surface.close()
 
     def health(self) -> str | None:
+        if self._down is None and self._socket is not None:
+            session = getattr(self._socket.client, "current_session", None)
+            if session is None or session.closed:  # slack_sdk is reconnecting
+                return "socket mode: not connected"
         return self._down
 
     # -- HTTP ---------------------------------------------------------------------------------

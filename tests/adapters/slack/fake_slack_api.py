@@ -127,6 +127,12 @@ class FakeSlackApi:
         await asyncio.wait_for(self._socket_open.wait(), timeout=20)
         await self._sockets[-1].send_str(json.dumps(envelope))
 
+    async def drop_sockets(self) -> None:
+        """Close every Socket Mode connection (Slack does this when it refreshes them)."""
+        self._socket_open.clear()
+        for ws in self._sockets:
+            await ws.close()
+
     # -- server -------------------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -653,8 +653,24 @@ async def test_socket_mode_goes_through_bolt(env: dict[str, str], fake: FakeSlac
         await fake.socket_send(dict(envelope, envelope_id="env-0002", retry_attempt=1))
         await wait_until(lambda: len(fake.socket_acks) == 2, 20, "the redelivery acked")
         assert sample(app, "jazz_bridge_messages_total", platform="slack", outcome="duplicate") == 1
+        # Slack closes the connection: bolt's client opens a new one and events flow again
+        await fake.drop_sockets()
+        await wait_until(
+            lambda: len(fake.called("apps.connections.open")) == 2, 20, "a new connection"
+        )
+        await wait_until(lambda: health(app) is None, 20, "healthy again")
+        again = copy.deepcopy(vector("app_mention"))
+        again["event_id"] = "Ev0AFTERDROP"
+        again["event"].update(ts="1764669990.000100", text=f"<@{BOT}> after the reconnect")
+        await fake.socket_send(dict(envelope, envelope_id="env-0003", payload=again))
+        await wait_post(fake, "after the reconnect")
         # socket mode receives nothing over HTTP, and no signing secret is needed
         assert await event(app.port, vector("app_mention")) == 404
-        assert {a.name: a.health() for a in app.adapters}["slack"] is None
+        assert health(app) is None
     assert opened.status == 200
-    assert {a.name: a.health() for a in app.adapters}["slack"] == "socket mode closed"
+    assert health(app) == "socket mode closed"
+
+
+def health(app: Any) -> str | None:
+    found: str | None = {a.name: a.health() for a in app.adapters}["slack"]
+    return found
