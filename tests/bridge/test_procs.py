@@ -1,0 +1,76 @@
+"""Sweeping a run's leftovers: tagged processes that left the group are found and killed.
+
+Real processes: ``setsid sleep`` started with a run tag, as a run's grandchild would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bridge.runner import procs
+from bridge.runner.procs import RUN_TAG_ENV, Sweeps, kill_all, run_processes
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture
+def spawn() -> Iterator[Any]:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(tag: str | None) -> int:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        if tag:
+            env[RUN_TAG_ENV] = tag
+        proc = subprocess.Popen(["setsid", "sleep", "300"], env=env)
+        started.append(proc)
+        return proc.pid
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_tagged_process_that_left_the_group_is_found_and_killed(spawn: Any) -> None:
+    mine, other = spawn("a" * 24), spawn("b" * 24)
+    stranger = spawn(None)
+    assert run_processes("a" * 24, None) == [mine]
+    assert kill_all("a" * 24, None, None) == []
+    assert not _alive(mine)
+    assert _alive(other) and _alive(stranger)
+
+
+async def test_sweeps_waiting_together_share_one_scan(
+    spawn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real = procs.kill_many
+
+    def counted(targets: list[procs.Target], deadline_s: float = 3.0) -> list[list[int]]:
+        calls.append(len(targets))
+        return real(targets, deadline_s)
+
+    monkeypatch.setattr(procs, "kill_many", counted)
+    sweeps = Sweeps(min_interval_s=0.2)
+    first = spawn("c" * 24)
+    assert await sweeps.sweep("c" * 24, None, None) == []  # idle: at once, on its own
+    pids = [spawn(f"{i}" * 24) for i in range(3)]
+    stranger = spawn(None)
+    left = await asyncio.gather(*(sweeps.sweep(f"{i}" * 24, None, None) for i in range(3)))
+    await sweeps.close()
+    assert left == [[], [], []]
+    assert calls == [1, 3]  # the three that waited together: one scan
+    assert not any(_alive(p) for p in [first, *pids])
+    assert _alive(stranger)
