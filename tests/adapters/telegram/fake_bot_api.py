@@ -42,6 +42,9 @@ JSON_FIELDS = {
 }
 
 
+HELD = 599  # the status recorded for a getUpdates that was held and never "arrived"
+
+
 class BotApiError(Exception):
     """A method's error answer (``{"ok": false, ...}`` with this status)."""
 
@@ -188,6 +191,9 @@ class FakeBotApi:
                 return web.json_response(failure.body, status=failure.status)
         if method == "getUpdates":
             result: Any = await self._get_updates(params)
+            if result is None:  # held: as if the request never reached Telegram
+                self.calls.append(Call(method, params, HELD))
+                return web.json_response({"ok": True, "result": []})
         else:
             handler = getattr(self, f"_m_{method}", None)
             if handler is None:
@@ -214,13 +220,13 @@ class FakeBotApi:
                 return web.Response(body=data)
         return web.Response(status=404)
 
-    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]] | None:
         offset = int(params.get("offset") or 0)
         if self.hold_acks and any(u["update_id"] < offset for u in self.updates):
             self.held.append(params)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._release.wait(), timeout=60)
-            return []  # the acknowledgement never arrived: nothing is confirmed
+            return None  # the acknowledgement never arrived: nothing is confirmed
         self.updates = [u for u in self.updates if u["update_id"] >= offset]
         if not self.updates:
             self._new_updates.clear()

@@ -16,11 +16,26 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_bot_api import Call, FakeBotApi
-from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
+from gateway_harness import (
+    FAKE_RUNNER,
+    Client,
+    gateway_env,
+    running_gateway,
+    use_reference_runner,
+    wait_until,
+)
 
 from bridge.model import InboxState
 
-__all__ = ["Call", "FakeBotApi", "running_gateway", "use_reference_runner", "wait_until"]
+__all__ = [
+    "FAKE_RUNNER",
+    "Call",
+    "Client",
+    "FakeBotApi",
+    "running_gateway",
+    "use_reference_runner",
+    "wait_until",
+]
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "telegram"
 TOKEN = "999999999:AAtest-token_for-the-fake"
