@@ -31,6 +31,7 @@ from bridge.ports import (
     PressStatus,
     SubmitStatus,
 )
+from bridge.store import StoreError, StoreFull
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,14 @@ MAX_LIVE_BUBBLES = 20  # progress bubbles (not in the store) kept per thread
 
 def _bad(message: str, status: int = 400) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+def _not_stored(exc: StoreError) -> web.Response:
+    """A write the store refused: say so (nothing was acknowledged), 507 when the disk is full."""
+    log.error("web: %s", exc)
+    if isinstance(exc, StoreFull):
+        return _bad("the gateway's disk is full: this was NOT stored; send it again later", 507)
+    return _bad("the gateway cannot store this right now: it was NOT stored; try again", 503)
 
 
 class WebSurface:
@@ -231,7 +240,10 @@ class WebAdapter:
             is_operator=user in self._operators,
             target={"thread": thread},
         )
-        result = await self.ctx.gateway.submit(inbound)
+        try:
+            result = await self.ctx.gateway.submit(inbound)
+        except StoreError as exc:
+            return _not_stored(exc)
         if result.status is SubmitStatus.REFUSED:
             return _bad("the gateway is shutting down; try again shortly", 503)
         return web.json_response(
@@ -290,7 +302,10 @@ class WebAdapter:
         user, token = body.get("user"), body.get("token")
         if not isinstance(user, str) or not user or not isinstance(token, str) or not token:
             return _bad("'user' and 'token' must be non-empty strings")
-        result = await self.ctx.gateway.press(token, user, is_operator=user in self._operators)
+        try:
+            result = await self.ctx.gateway.press(token, user, is_operator=user in self._operators)
+        except StoreError as exc:
+            return _not_stored(exc)
         status = {PressStatus.OK: 200, PressStatus.NOT_YOURS: 403, PressStatus.EXPIRED: 410}
         return web.json_response(
             {"status": result.status.value, "text": result.text}, status=status[result.status]

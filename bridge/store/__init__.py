@@ -15,6 +15,7 @@ from .base import (
     RunRecord,
     Store,
     StoreError,
+    StoreFull,
     StoreSchemaTooNew,
     TranscriptEntry,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "SqliteStore",
     "Store",
     "StoreError",
+    "StoreFull",
     "StoreSchemaTooNew",
     "TranscriptEntry",
 ]

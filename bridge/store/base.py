@@ -24,6 +24,10 @@ class StoreSchemaTooNew(StoreError):
     """The database was written by a newer jazz-bridge; it is refused and left untouched."""
 
 
+class StoreFull(StoreError):
+    """The disk holding the store is full: the write was not made (intake answers 507)."""
+
+
 @dataclass(frozen=True)
 class ConversationRecord:
     id: int

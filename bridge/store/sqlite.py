@@ -48,6 +48,7 @@ from .base import (
     RunRecord,
     Store,
     StoreError,
+    StoreFull,
     StoreSchemaTooNew,
     TranscriptEntry,
 )
@@ -215,6 +216,10 @@ class SqliteStore(Store):
         try:
             return fn(conn)
         except sqlite3.Error as exc:
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL:
+                raise StoreFull(
+                    f"store {self.path}: the disk is full ({exc}); nothing was written"
+                ) from exc
             raise StoreError(f"store {self.path}: {exc}") from exc
 
     async def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -17,6 +17,7 @@ Every process it starts notes its pid, uid, session and group in
   hang       ignores --timeout and sleeps
   setsid     starts a child holding its pipes and a setsid child that lingers, answers
   noterm     ignores SIGTERM (and so does its child), sleeps
+  wait NAME  answers once $FAKE_DIR/release-NAME exists (bounded: 60 s)
 """
 
 import json
@@ -109,6 +110,11 @@ def main() -> int:
         out.write(envelope("answered, children left behind") + "\n")
         out.flush()
         return 0
+    if word == "wait":
+        deadline = time.monotonic() + 60
+        flag = os.path.join(FAKE_DIR, f"release-{prompt.split()[1]}")
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.02)
     if word == "noterm":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # SIG_IGN survives exec: the child too
         child = linger("keep")

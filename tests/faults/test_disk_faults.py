@@ -1,0 +1,219 @@
+"""Disk faults: an unreadable or too-new state database at start, a full state directory.
+
+* garbage in ``<root>/state/bridge.db`` -> moved aside to ``bridge.db.corrupt-<stamp>``
+  (bytes kept) with a warning naming both paths; the gateway starts and answers;
+* ``user_version`` newer than this code -> ``jazz-bridge serve`` refuses to start with a
+  clear error and leaves the file byte for byte as it was;
+* a tiny tmpfs mounted over ``<root>/state`` and filled (root) -> posting gets a clear 507
+  and nothing is acknowledged that was not stored; once space is freed it works again.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import IS_ROOT, remove_accounts
+from faults_support import (
+    gateway_env,
+    install_runner,
+    notes,
+    nothing_left,
+    running_gateway,
+    wait_until,
+)
+
+from bridge.store import SCHEMA_VERSION
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture
+def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
+    e = gateway_env(tmp_path / "root", fake_dir, uid_range)
+    install_runner(e, fake_dir, "fault_runner.py")
+    yield e
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+def state_dir(env: dict[str, str]) -> Path:
+    return Path(env["JAZZ_BRIDGE_ROOT"]) / "state"
+
+
+async def first_life(env: dict[str, str]) -> None:
+    """Start, answer one message, stop: a real database with a conversation in it."""
+    async with running_gateway(env) as (_, client):
+        await client.post("one", "first life")
+        await client.wait_role("one", "assistant")
+
+
+def corrupt_pages(db: Path) -> bytes:
+    """Keep SQLite's header page, overwrite every later page with garbage."""
+    data = bytearray(db.read_bytes())
+    page = int.from_bytes(data[16:18], "big") or 65536
+    assert len(data) > page, "the database has a single page"
+    data[page:] = (b"\xde\xad\xbe\xef" * (len(data) // 4 + 1))[: len(data) - page]
+    return bytes(data)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "pages"])
+async def test_an_unreadable_database_is_moved_aside_and_the_gateway_starts(
+    env: dict[str, str], damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await first_life(env)
+    db = state_dir(env) / "bridge.db"
+    assert not (state_dir(env) / "bridge.db-wal").exists()
+    bad = os.urandom(8192) if damage == "garbage" else corrupt_pages(db)
+    db.write_bytes(bad)
+    caplog.set_level(logging.WARNING)
+    async with running_gateway(env) as (_, client):
+        moved = sorted(state_dir(env).glob("bridge.db.corrupt-*"))
+        assert [p.name for p in moved if not p.name.endswith(("-wal", "-shm"))] == [moved[0].name]
+        assert moved[0].read_bytes() == bad  # kept as evidence, byte for byte
+        assert moved[0].stat().st_mode & 0o007 == 0
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        named = [w for w in warnings if str(db) in w and str(moved[0]) in w]
+        assert named, warnings
+        await client.post("two", "second life")
+        answers = await client.wait_role("two", "assistant")
+        assert answers[0]["text"].startswith("ok: second life")
+    print(f"\n{damage}: {named[0]}")
+
+
+async def test_a_database_from_a_newer_version_is_refused_and_left_untouched(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    await first_life(env)
+    db = state_dir(env) / "bridge.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    stat_before = db.stat()
+    listing = sorted(p.name for p in state_dir(env).iterdir())
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "serve"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    print(f"\nexit {done.returncode}: {done.stderr.strip()[-400:]}")
+    assert done.returncode != 0
+    assert f"schema version {SCHEMA_VERSION + 1}, newer than {SCHEMA_VERSION}" in done.stderr
+    assert str(db) in done.stderr and "untouched" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    assert db.stat().st_mtime_ns == stat_before.st_mtime_ns
+    assert sorted(p.name for p in state_dir(env).iterdir()) == listing
+
+
+def fill(directory: Path) -> Path:
+    """Write a file until the filesystem is full; return it."""
+    filler = directory / "filler"
+    block = b"\0" * 4096
+    with open(filler, "wb", buffering=0) as fh:
+        while True:
+            try:
+                fh.write(block)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                break
+    return filler
+
+
+@pytest.fixture
+def tiny_state(env: dict[str, str]) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted over ``<root>/state`` (root; skipped where mount is refused)."""
+    if not IS_ROOT:
+        pytest.skip("needs root to mount a tmpfs over the state directory")
+    state = state_dir(env)
+    state.mkdir(parents=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0750", "jazz-fault-state", str(state)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield state
+    finally:
+        remove_accounts(state / "accounts.json")  # before the tmpfs (and the map) goes
+        subprocess.run(["umount", "-l", str(state)], check=False)
+
+
+async def test_a_full_state_disk_refuses_clearly_and_recovers(
+    env: dict[str, str], tiny_state: Path
+) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("warm", "before the disk fills")
+        await client.wait_role("warm", "assistant")
+        filler = fill(tiny_state)
+        statuses: list[int] = []
+        acked: list[dict[str, Any]] = []
+        refusal = ""
+        for i in range(40):  # SQLite may still have room in pages it holds: bounded
+            async with client.session.post(
+                f"{client.base}/api/threads/full/messages",
+                json={"user": "ada", "text": f"while full {i}"},
+            ) as resp:
+                statuses.append(resp.status)
+                if resp.status == 202:
+                    acked.append({"i": i, **await resp.json()})
+                    continue
+                refusal = await resp.text()
+                break
+        print(f"\nfull disk: statuses {statuses}, refusal {refusal!r}")
+        assert statuses[-1] == 507, (statuses, refusal)
+        assert "disk" in refusal.lower() and "full" in refusal.lower(), refusal
+        # nothing acknowledged that was not stored
+        stored = {m["messageId"] for m in await client.messages("full") if m["role"] == "user"}
+        assert {a["id"] for a in acked} <= stored
+        filler.unlink()
+        await client.post("full", "space again")
+        texts = [
+            a["text"] for a in await client.wait_role("full", "assistant", count=1 + len(acked))
+        ]
+        assert any(t.startswith("ok: space again") for t in texts), texts
+        await client.post("after", "a new conversation")
+        answers = await client.wait_role("after", "assistant")
+        assert answers[0]["text"].startswith("ok: a new conversation")
+        # the refused message was not stored behind the client's back: never shown, never run
+        refused_text = f"while full {len(statuses) - 1}"
+        assert refused_text not in [m["text"] for m in await client.messages("full")]
+        assert refused_text not in [n.get("prompt") for n in notes(client.fake_dir)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug (bridge/turns.py): a run that ends while the disk is full cannot record "
+    "its outcome (finish_run raises StoreFull), the turn is logged as failed and the "
+    "acknowledged message gets no reply at all until the next restart",
+)
+async def test_a_run_that_ends_while_the_disk_is_full_is_answered_once_space_is_back(
+    env: dict[str, str], tiny_state: Path, fake_dir: Path
+) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("w", "wait W")
+        await wait_until(lambda: any(n.get("word") == "wait" for n in notes(fake_dir)))
+        filler = fill(tiny_state)
+        (fake_dir / "release-W").touch()
+        await nothing_left(fake_dir)  # the run is over (its outcome met a full disk)
+        filler.unlink()
+
+        async def replied() -> bool:
+            msgs = await client.messages("w")
+            return any(m["role"] in ("assistant", "error") for m in msgs)
+
+        await wait_until(replied, 10, "a reply to the run that ended on a full disk")
