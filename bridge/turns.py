@@ -664,6 +664,8 @@ class Engine:
             return RunResult(ok=False, code="runner_missing", error=str(exc))
         if run.shutdown:
             await run.handle.stop("shutdown")
+        elif run.stopped_by is not None:  # /stop or Stop came while the run was starting
+            await run.handle.stop("stopped")
         async for event in run.handle.events():
             run.progress.update(event)
             if event.type in PROMPT_EVENTS:

@@ -127,9 +127,12 @@ async def test_commands_start_new_stop_also_as_cmd_at_botname(
         await wait_sent(fake, ADA, "Earlier turns in this conversation: 0", count=2)
         assert await post(app.port, update(730001105, chat, ADA, "/stop")) == 200
         await wait_sent(fake, ADA, "Nothing is running")
+        before = len(sent_to(fake, ADA))
         assert await post(app.port, update(730001106, chat, ADA, "!delay 30")) == 200
         await wait_until(
-            lambda: any(c.params.get("reply_markup") for c in sent_to(fake, ADA)), 15, "a bubble"
+            lambda: any(c.params.get("reply_markup") for c in sent_to(fake, ADA)[before:]),
+            15,
+            "this run's progress bubble",
         )
         assert await post(app.port, update(730001107, chat, ADA, f"/stop@{BOT_NAME}")) == 200
         await wait_sent(fake, ADA, "Stopped by")
