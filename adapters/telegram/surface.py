@@ -71,8 +71,12 @@ def keyboard(choices: tuple[Choice, ...]) -> InlineKeyboardMarkup | None:
         return None
     buttons = []
     for c in choices:
-        data = c.token.encode()
-        assert len(data) <= MAX_CALLBACK_DATA, f"callback_data over 64 bytes: {c.token!r}"
+        if len(c.token.encode()) > MAX_CALLBACK_DATA:  # Telegram would refuse the message
+            raise DeliveryError(
+                f"a button's token is {len(c.token.encode())} bytes; Telegram's callback_data "
+                f"takes at most {MAX_CALLBACK_DATA}",
+                permanent=True,
+            )
         buttons.append(InlineKeyboardButton(c.label, callback_data=c.token))
     rows = [buttons[i : i + 2] for i in range(0, len(buttons), 2)]
     return InlineKeyboardMarkup(rows)

@@ -114,8 +114,9 @@ def test_the_largest_photo_and_other_media_become_attachments() -> None:
 
 def test_callback_data_over_64_bytes_is_refused() -> None:
     assert keyboard((Choice("a" * 64, "ok"),)) is not None
-    with pytest.raises(AssertionError):
-        keyboard((Choice("a" * 65, "too long"),))
+    with pytest.raises(DeliveryError, match="64") as err:
+        keyboard((Choice("é" * 33, "66 bytes"),))
+    assert err.value.permanent
 
 
 @pytest.fixture
