@@ -4,7 +4,10 @@ Answers go out as ``markdown_text`` (Slack renders standard Markdown there); pro
 progress bubble as Block Kit (a ``markdown`` block plus buttons whose ``value`` is the
 core's opaque token). Every ``chat.postMessage`` carries its reply key in the message
 metadata, so after an unclear failure (the connection dropped, Slack answered 5xx) the
-thread is searched for it before the message is sent again: never a blind duplicate.
+thread is searched for it before the message is sent again: never a blind duplicate. The
+same search is the core's :class:`~bridge.ports.ConfirmsDelivery` hook (``find_sent``), so
+a reply found undelivered after a crash is looked up before it is sent again (files have
+no metadata: an artifact upload is at least once).
 
 A 429 closes that Web API method for its ``Retry-After``: calls meanwhile are not made
 (a :class:`DeliveryError` carrying the time left, which the core's delivery waits out); a
@@ -35,6 +38,7 @@ MARKDOWN_BLOCK_MAX = 11_000  # Slack: 12,000 characters across a message's markd
 BUTTON_LABEL_MAX = 75
 BUTTONS_PER_ACTIONS = 25
 DOWNLOAD_CHUNK = 64 * 1024
+LOOKUP_PAGES = 10  # conversations.replies pages searched for a reply key
 PERMANENT_ERRORS = frozenset(
     {
         "account_inactive",
@@ -144,7 +148,13 @@ def split_ref(ref: str) -> tuple[str, str]:
 class SlackSurface:
     name = "slack"
     capabilities = Capabilities(
-        edit=True, buttons=True, upload=True, typing=True, max_length=12_000, edit_interval_s=1.0
+        edit=True,
+        buttons=True,
+        upload=True,
+        typing=True,
+        max_length=12_000,
+        edit_interval_s=1.0,
+        confirm_delivery=True,
     )
 
     def __init__(
@@ -222,8 +232,8 @@ class SlackSurface:
 
     async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
         channel, thread_ts = self._where(target)
-        if reply_key in self._unclear:
-            found = await self._find_sent(reply_key)
+        if reply_key in self._unclear:  # raises when it cannot tell: no blind resend
+            found = await self._lookup(channel, thread_ts, reply_key)
             if found is not None:
                 return found
         kwargs: dict[str, Any] = {
@@ -248,28 +258,53 @@ class SlackSurface:
         self._unclear.pop(reply_key, None)
         return f"{channel}:{response['ts']}"
 
-    async def _find_sent(self, reply_key: str) -> str | None:
-        """After an unclear failure: did that message land? Look for its metadata key."""
-        channel, thread_ts = self._unclear[reply_key]
-        try:
-            if thread_ts:
-                response = await self.client.conversations_replies(
-                    channel=channel, ts=thread_ts, include_all_metadata=True, limit=200
-                )
-            else:
-                response = await self.client.conversations_history(
-                    channel=channel, include_all_metadata=True, limit=50
-                )
-        except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
-            log.info("could not check whether reply %s landed: %s", reply_key, exc)
-            return None
-        for msg in response.get("messages") or []:
-            meta = msg.get("metadata") or {}
-            payload = meta.get("event_payload") or {}
-            if meta.get("event_type") == METADATA_EVENT and payload.get("reply_key") == reply_key:
-                self._unclear.pop(reply_key, None)
-                return f"{channel}:{msg['ts']}"
-        return None
+    async def find_sent(self, target: ReplyTarget, reply_key: str) -> str | None:
+        """The core's question before a resend: did the message with ``reply_key`` land?"""
+        channel, thread_ts = self._where(target)
+        return await self._lookup(channel, thread_ts, reply_key)
+
+    async def _lookup(self, channel: str, thread_ts: str | None, reply_key: str) -> str | None:
+        """Search the thread (or the channel's newest messages) for the reply key in the
+        messages' metadata. None only when Slack said it is not there; a failed search
+        raises :class:`DeliveryError` (the caller asks again rather than post twice)."""
+        method = "conversations.replies" if thread_ts else "conversations.history"
+        cursor: str | None = None
+        for _page in range(LOOKUP_PAGES):
+            self._gate(method)
+            try:
+                if thread_ts:
+                    response = await self.client.conversations_replies(
+                        channel=channel,
+                        ts=thread_ts,
+                        include_all_metadata=True,
+                        limit=200,
+                        cursor=cursor,
+                    )
+                else:  # newest first: a reply in doubt is among the latest
+                    response = await self.client.conversations_history(
+                        channel=channel, include_all_metadata=True, limit=100
+                    )
+            except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                self._note(method, exc)
+                log.info("could not check whether reply %s landed: %s", reply_key, exc)
+                raise slack_error(exc, method) from exc
+            for msg in response.get("messages") or []:
+                meta = msg.get("metadata") or {}
+                payload = meta.get("event_payload") or {}
+                if (
+                    meta.get("event_type") == METADATA_EVENT
+                    and payload.get("reply_key") == reply_key
+                ):
+                    self._unclear.pop(reply_key, None)
+                    return f"{channel}:{msg['ts']}"
+            cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+            if not thread_ts or not response.get("has_more") or not cursor:
+                self._unclear.pop(reply_key, None)  # Slack says it is not there
+                return None
+        raise DeliveryError(
+            f"{method}: reply {reply_key} not found in the first {LOOKUP_PAGES * 200} replies "
+            "of the thread; cannot tell whether it landed"
+        )
 
     async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
         try:

@@ -593,10 +593,13 @@ async def test_an_unclear_post_failure_is_checked_not_resent(
         (lookup,) = fake.called("conversations.replies")
         assert lookup.args["ts"] == MENTION_TS
         assert str(lookup.args["include_all_metadata"]).lower() in ("1", "true")
+        # the core's retry asks the surface (find_sent) first: found, it is "confirmed"
         await wait_until(
-            lambda: sample(app, "jazz_bridge_replies_total", surface="slack", result="sent") >= 1,
+            lambda: (
+                sample(app, "jazz_bridge_replies_total", surface="slack", result="confirmed") >= 1
+            ),
             10,
-            "the reply recorded as sent",
+            "the reply recorded as sent (confirmed by the lookup)",
         )
         landed = [m for m in fake.thread(CHANNEL, MENTION_TS) if "incident notes" in m["text"]]
         assert len(landed) == 1
