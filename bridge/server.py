@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from .metrics import Metrics
 
 HealthCheck = Callable[[], dict[str, str | None]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PLATFORM_PATHS = (("/slack/", "slack"), ("/telegram/", "telegram"), ("/api/", "web"))
+
+
+def _platform(path: str) -> str:
+    """The metrics' platform label of a route (``http`` for the gateway's own)."""
+    return next((name for prefix, name in PLATFORM_PATHS if path.startswith(prefix)), "http")
 
 
 def build_app(
@@ -18,7 +25,17 @@ def build_app(
     ready: Callable[[], bool],
     max_body_bytes: int,
 ) -> web.Application:
-    app = web.Application(client_max_size=max_body_bytes)
+
+    @web.middleware
+    async def count_too_big(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """A body over ``max_body_bytes`` is refused (413) by aiohttp; count it per platform."""
+        try:
+            return await handler(request)
+        except web.HTTPRequestEntityTooLarge:
+            metrics.auth_failures.labels(_platform(request.path), "too_big").inc()
+            raise
+
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[count_too_big])
 
     async def healthz(_: web.Request) -> web.Response:
         transports = health()

@@ -208,7 +208,7 @@ class WebAdapter:
             return _bad("missing or wrong token (Authorization: Bearer ...)", 401)
         try:
             body = await request.json()
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the stack too
             return _bad("body is not valid JSON")
         if not isinstance(body, dict):
             return _bad("body must be a JSON object")

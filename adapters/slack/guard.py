@@ -1,0 +1,149 @@
+"""Checks on a Slack request before bolt reads it: authenticity first, then its shape.
+
+bolt parses the body and walks fields (``event.type``, ``authorizations[0]``, ``actions[0]``,
+``user.id`` ...) assuming Slack's types; a signed body with a list where Slack sends an
+object, a number where it sends a string, bad UTF-8 or JSON nested a thousand deep made
+it raise, and the gateway answered 500. Slack itself never sends such a body, so one that
+is signed but malformed is answered 400 here and never reaches bolt or the core.
+
+The signature is checked over the raw bytes (what Slack signs), in constant time, with
+Slack's 5-minute window, before anything of the body is parsed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from typing import Any
+
+from slack_bolt.request.internals import parse_body
+
+SIGNATURE_WINDOW_S = 60 * 5
+MAX_DEPTH = 64  # Slack's deepest payloads (rich text in blocks) stay far below this
+
+# fields Slack always sends as strings (None is taken as absent)
+STRINGS = frozenset(
+    {
+        "type",
+        "subtype",
+        "ts",
+        "thread_ts",
+        "event_ts",
+        "message_ts",
+        "action_ts",
+        "channel_type",
+        "text",
+        "bot_id",
+        "team_id",
+        "user_id",
+        "channel_id",
+        "enterprise_id",
+        "event_id",
+        "api_app_id",
+        "token",
+        "challenge",
+        "trigger_id",
+        "response_url",
+        "callback_id",
+        "action_id",
+        "block_id",
+        "value",
+        "command",
+        "user_team",
+        "channel_name",
+    }
+)
+# a string id, or an object whose "id" bolt reads
+IDS = frozenset({"user", "channel", "team", "enterprise"})
+# objects bolt or the adapter look into (their own fields are checked the same way)
+OBJECTS = frozenset(
+    {"event", "container", "message", "previous_message", "item", "assistant_thread", "view"}
+)
+# lists of objects bolt or the adapter index into (each object checked the same way)
+OBJECT_LISTS = frozenset({"authorizations", "actions", "response_urls", "files"})
+# lists nothing reads field by field; only their type is checked
+LISTS = frozenset({"blocks", "attachments"})
+
+
+def signature_failure(
+    raw: bytes, timestamp: str | None, signature: str | None, secret: str
+) -> str | None:
+    """Why the request is not signed by Slack (``missing``, ``stale``, ``signature``), or None."""
+    if not timestamp or not signature:
+        return "missing"
+    try:
+        ts = int(timestamp)
+    except ValueError:
+        return "missing"
+    if abs(time.time() - ts) > SIGNATURE_WINDOW_S:
+        return "stale"
+    base = b"v0:" + timestamp.encode("ascii", "replace") + b":" + raw
+    expected = "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace")):
+        return "signature"
+    return None
+
+
+def parse(raw: bytes, content_type: str | None) -> tuple[dict[str, Any] | None, str]:
+    """The body as bolt will read it, or None and why it cannot be a Slack request."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "body is not UTF-8"
+    try:
+        body = parse_body(text, content_type)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        return None, "body is not valid JSON"
+    if not isinstance(body, dict):
+        return None, f"body is a JSON {type(body).__name__}, not an object"
+    if depth(body) > MAX_DEPTH:
+        return None, f"body is nested deeper than {MAX_DEPTH} levels"
+    problem = _check(body, "")
+    return (None, problem) if problem else (body, "")
+
+
+def depth(value: Any) -> int:
+    """How deeply lists and objects nest in ``value`` (iterative: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _check(obj: dict[str, Any], where: str) -> str | None:
+    """The first field of ``obj`` (recursively, bounded by MAX_DEPTH) Slack never sends so."""
+    for key, value in obj.items():
+        path = f"{where}.{key}" if where else key
+        if value is None or (key in LISTS and isinstance(value, list)):
+            continue
+        if key in STRINGS and not isinstance(value, str):
+            return f"{path} is a {type(value).__name__}, not a string"
+        if key in LISTS:
+            return f"{path} is a {type(value).__name__}, not a list"
+        if key in IDS and not isinstance(value, (str, dict)):
+            return f"{path} is a {type(value).__name__}, not an id or an object"
+        if key in OBJECTS and not isinstance(value, dict):
+            return f"{path} is a {type(value).__name__}, not an object"
+        if key in OBJECT_LISTS:
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                return f"{path} is not a list of objects"
+            for i, item in enumerate(value):
+                problem = _check(item, f"{path}[{i}]")
+                if problem:
+                    return problem
+        elif (key in OBJECTS or key in IDS) and isinstance(value, dict):
+            problem = _check(value, path)
+            if problem:
+                return problem
+    if obj.get("type") == "block_actions" and not where and not obj.get("actions"):
+        return "a block_actions payload without actions"
+    return None

@@ -1,0 +1,130 @@
+"""The shape of a webhook update, checked before python-telegram-bot reads it.
+
+PTB's ``de_json`` trusts the Bot API's types: a string where Telegram sends an object made
+it raise outside the errors the webhook caught (a 500), and a string chat id went through
+it, was stored and failed later when the answer was sent. The Bot API never sends such an
+update, so one that does not match the fields the adapter reads (their types, Telegram's
+own) is answered 400 and never stored. Unknown fields are left alone (new Bot API versions
+add them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_DEPTH = 64  # real updates (a reply to a reply, entities, keyboards) stay far below
+
+Spec = type | tuple[type, ...] | dict[str, Any] | list[Any]
+
+USER: dict[str, Spec] = {"id": int, "is_bot": bool, "first_name": str, "username": str}
+CHAT: dict[str, Spec] = {"id": int, "type": str, "username": str, "title": str, "is_forum": bool}
+ENTITY: dict[str, Spec] = {"type": str, "offset": int, "length": int, "user": USER}
+FILE: dict[str, Spec] = {
+    "file_id": str,
+    "file_unique_id": str,
+    "file_size": int,
+    "file_name": str,
+    "mime_type": str,
+}
+PHOTO: dict[str, Spec] = {**FILE, "width": int, "height": int}
+MESSAGE: dict[str, Spec] = {
+    "message_id": int,
+    "date": int,
+    "chat": CHAT,
+    "from": USER,
+    "text": str,
+    "caption": str,
+    "message_thread_id": int,
+    "is_topic_message": bool,
+    "entities": [ENTITY],
+    "caption_entities": [ENTITY],
+    "document": FILE,
+    "voice": FILE,
+    "audio": FILE,
+    "photo": [PHOTO],
+}
+MESSAGE["reply_to_message"] = MESSAGE  # bounded by MAX_DEPTH
+CALLBACK: dict[str, Spec] = {
+    "id": str,
+    "from": USER,
+    "message": MESSAGE,
+    "chat_instance": str,
+    "data": str,
+}
+UPDATE: dict[str, Spec] = {
+    "update_id": int,
+    "message": MESSAGE,
+    "edited_message": MESSAGE,
+    "channel_post": MESSAGE,
+    "edited_channel_post": MESSAGE,
+    "callback_query": CALLBACK,
+}
+# fields an object of that kind cannot be without (keyed by the spec's identity)
+REQUIRED: dict[int, frozenset[str]] = {
+    id(UPDATE): frozenset({"update_id"}),
+    id(MESSAGE): frozenset({"message_id", "chat"}),
+    id(CHAT): frozenset({"id", "type"}),
+    id(USER): frozenset({"id"}),
+    id(CALLBACK): frozenset({"id", "from"}),
+}
+
+
+def problem(data: Any) -> str | None:
+    """Why ``data`` is not a Bot API update, or None when it may be one."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    if depth(data) > MAX_DEPTH:
+        return f"nested deeper than {MAX_DEPTH} levels"
+    return _check(data, UPDATE, "update")
+
+
+def depth(value: Any) -> int:
+    """How deeply lists and objects nest in ``value`` (iterative: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _check(value: Any, spec: Spec, path: str) -> str | None:
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{path} is a {_name(value)}, not an object"
+        required = REQUIRED.get(id(spec), frozenset())
+        for key, sub in spec.items():
+            if value.get(key) is None:  # null is taken as absent, as PTB does
+                if key in required:
+                    return f"{path}.{key} is missing"
+                continue
+            found = _check(value[key], sub, f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return f"{path} is a {_name(value)}, not a list"
+        for i, item in enumerate(value):
+            found = _check(item, spec[0], f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    # bool is an int in Python; Telegram never sends true for a number
+    if not isinstance(value, spec) or (spec is int and isinstance(value, bool)):
+        return f"{path} is a {_name(value)}, not {_name_of(spec)}"
+    return None
+
+
+def _name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _name_of(spec: Spec) -> str:
+    return spec.__name__ if isinstance(spec, type) else "a valid value"
