@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import IS_ROOT, remove_accounts
@@ -38,7 +39,7 @@ def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
-def started(fake_dir: Path, word: str) -> list[dict[str, object]]:
+def started(fake_dir: Path, word: str) -> list[dict[str, Any]]:
     return [n for n in notes(fake_dir) if n.get("event") == "start" and n.get("word") == word]
 
 
@@ -106,7 +107,7 @@ async def test_a_hang_past_the_timeout_is_stopped_while_others_are_served(
     async with running_gateway(env) as (_, client):
         await client.post("h", "hang")
         await wait_until(lambda: bool(started(fake_dir, "hang")), what="the hanging run")
-        hung_pid = int(started(fake_dir, "hang")[0]["pid"])  # type: ignore[call-overload]
+        hung_pid = int(started(fake_dir, "hang")[0]["pid"])
         await client.post("g", "meanwhile")
         answers = await client.wait_role("g", "assistant")
         assert answers[0]["text"].startswith("ok: meanwhile")
