@@ -36,6 +36,7 @@ from .base import (
 )
 from .envelope import parse_envelope
 from .procs import RUN_TAG_ENV, Sweeps, kill_all, signal_group
+from .spawn import Child, start_process
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class CliRunner(RunnerBackend):
         self.command = list(command)
         self.kill_grace_s = kill_grace_s
         self.sweeps = Sweeps()  # finished runs' leftovers, one /proc scan for many
+        self._found = False
 
     def argv(self, request: RunRequest) -> list[str]:
         argv = [
@@ -86,14 +88,9 @@ class CliRunner(RunnerBackend):
         tag = request.kill_tag or secrets.token_hex(12)
         kwargs = request.identity.popen_kwargs()
         kwargs["env"] = {**kwargs["env"], RUN_TAG_ENV: tag}
+        self._check_command(kwargs["env"].get("PATH"))
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *request.identity.command(self.argv(request)),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                **kwargs,
-            )
+            proc = await start_process(request.identity.command(self.argv(request)), **kwargs)
         except (FileNotFoundError, PermissionError) as exc:
             raise RunnerError(
                 f"cannot start the runner {self.command[0]!r}: {exc.strerror}; check runner.command"
@@ -105,11 +102,25 @@ class CliRunner(RunnerBackend):
     async def close(self) -> None:
         await self.sweeps.close()
 
+    def _check_command(self, path: str | None) -> None:
+        """A runner that is not there is a clear error, also behind ``setpriv`` (whose own
+        failure to exec would only read as a run without an envelope). Checked until found."""
+        if self._found:
+            return
+        program = self.command[0]
+        found = shutil.which(program, path=path) if os.sep not in program else program
+        if found is None or not os.access(found, os.X_OK):
+            raise RunnerError(
+                f"cannot start the runner {program!r}: not found or not executable; "
+                "check runner.command"
+            )
+        self._found = True
+
 
 class CliRunHandle(RunHandle):
     def __init__(
         self,
-        proc: asyncio.subprocess.Process,
+        proc: Child,
         request: RunRequest,
         tag: str,
         grace: float,
