@@ -211,3 +211,12 @@ async def test_the_event_stream_carries_progress_and_the_answer(env: dict[str, s
             await asyncio.wait_for(read(), timeout=20)
         roles = [e.get("role") for e in seen]
         assert "prompt" in roles and roles[-1] == "assistant"
+
+
+async def test_a_missing_runner_is_a_clear_reply(env: dict[str, str]) -> None:
+    env["JAZZ_BRIDGE_RUNNER__COMMAND"] = '["/nonexistent/jazz"]'
+    async with running_gateway(env) as (_, client):
+        await client.post("m", "hello")
+        errors = await client.wait_role("m", "error")
+        assert "/nonexistent/jazz" in errors[0]["text"]
+        assert "check runner.command" in errors[0]["text"]
