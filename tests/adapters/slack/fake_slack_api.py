@@ -65,6 +65,7 @@ class FakeSlackApi:
         self.calls: list[Call] = []
         self.failures: list[Failure] = []
         self.messages: dict[str, list[dict[str, Any]]] = {}  # channel -> messages
+        self.posted_at: dict[str, float] = {}  # message ts -> when it was posted (monotonic)
         self.uploads: dict[str, dict[str, Any]] = {}  # file id -> filename, length, data
         self.files: dict[str, tuple[str, bytes, bool]] = {}  # id -> (name, data, login page)
         self.downloads: list[tuple[str, str | None]] = []  # (file id, Authorization header)
@@ -295,6 +296,7 @@ class FakeSlackApi:
             if args.get(key):
                 msg[key] = args[key]
         self.messages.setdefault(channel, []).append(msg)
+        self.posted_at[msg["ts"]] = time.monotonic()
         return {"ok": True, "channel": channel, "ts": msg["ts"], "message": msg}
 
     def _m_chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
