@@ -40,6 +40,7 @@ EVENTS_PATH = "/slack/events"
 PERSON_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
 THREAD_COMMANDS = re.compile(r"^\s*!(new|status|stop|help)(?=\s|$)", re.IGNORECASE)
 SLASH_COMMANDS = frozenset({"new", "status", "stop"})
+SLACK_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # U0123ABC, C0123ABC, T0123ABC, 1764669600.000100
 SLASH_HELP = (
     "Mention me in a channel to start a conversation in a thread; in the thread write "
     "`!new`, `!status`, `!stop` or `!help` (Slack has no slash commands in threads). "
@@ -265,6 +266,9 @@ class SlackAdapter:
             return self._ignore("no user, channel or ts")
         team = str(body.get("team_id") or event.get("team") or "")
         ts, thread_ts = str(event["ts"]), event.get("thread_ts")
+        ids = [user, channel, ts] + [v for v in (team, thread_ts) if v]
+        if not all(isinstance(v, str) and SLACK_ID.match(v) for v in ids):
+            return self._ignore("a user, channel, team or ts that is not a Slack id")
         raw_text = str(event.get("text") or "")
         is_dm = event.get("channel_type") == "im"
         if is_dm:  # one conversation per DM; a thread in a DM is its own
@@ -375,7 +379,7 @@ class SlackAdapter:
             return None
         team, channel = str(body.get("team_id") or ""), str(body.get("channel_id") or "")
         user = str(body.get("user_id") or "")
-        if not team or not channel or not user:
+        if not all(SLACK_ID.match(v) for v in (team, channel, user)):
             await ack("That command came without a team, channel or user.")
             return None
         if not self._allowed(team, channel, user):

@@ -22,7 +22,7 @@ from slack_bolt.request.internals import parse_body
 SIGNATURE_WINDOW_S = 60 * 5
 MAX_DEPTH = 64  # Slack's deepest payloads (rich text in blocks) stay far below this
 
-# fields Slack always sends as strings (None is taken as absent)
+# fields Slack always sends as strings (or null, which bolt takes as absent)
 STRINGS = frozenset(
     {
         "type",
@@ -97,33 +97,52 @@ def parse(raw: bytes, content_type: str | None) -> tuple[dict[str, Any] | None, 
         return None, "body is not valid JSON"
     if not isinstance(body, dict):
         return None, f"body is a JSON {type(body).__name__}, not an object"
-    if depth(body) > MAX_DEPTH:
+    deepest, broken = scan(body)
+    if deepest > MAX_DEPTH:
         return None, f"body is nested deeper than {MAX_DEPTH} levels"
+    if broken:
+        return None, "a string in the body is not valid unicode (a lone surrogate)"
     problem = _check(body, "")
     return (None, problem) if problem else (body, "")
 
 
 def depth(value: Any) -> int:
     """How deeply lists and objects nest in ``value`` (iterative: no recursion limit)."""
-    deepest, stack = 0, [(value, 1)]
+    return scan(value)[0]
+
+
+def scan(value: Any) -> tuple[int, bool]:
+    """How deeply ``value`` nests, and whether a string in it has a lone surrogate.
+
+    JSON can escape half a surrogate pair (``"\\ud800"``); no platform sends one, and such
+    a string cannot be stored or encoded anywhere, so it is found before anything keeps it.
+    """
+    deepest, broken, stack = 0, False, [(value, 1)]
     while stack:
         item, level = stack.pop()
         if isinstance(item, dict):
-            children: Any = item.values()
+            children: Any = [*item.keys(), *item.values()]
         elif isinstance(item, list):
             children = item
         else:
+            if isinstance(item, str) and not broken:
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    broken = True
             continue
         deepest = max(deepest, level)
         stack.extend((child, level + 1) for child in children)
-    return deepest
+    return deepest, broken
 
 
 def _check(obj: dict[str, Any], where: str) -> str | None:
     """The first field of ``obj`` (recursively, bounded by MAX_DEPTH) Slack never sends so."""
     for key, value in obj.items():
         path = f"{where}.{key}" if where else key
-        if value is None or (key in LISTS and isinstance(value, list)):
+        if value is None and (key in STRINGS or key in IDS):  # Slack's null ids and strings
+            continue
+        if key in LISTS and isinstance(value, list):
             continue
         if key in STRINGS and not isinstance(value, str):
             return f"{path} is a {type(value).__name__}, not a string"
