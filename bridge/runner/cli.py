@@ -299,10 +299,16 @@ class CliRunHandle(RunHandle):
 
     async def _sweep(self, *, urgent: bool = True) -> None:
         uid = self.request.identity.uid
+        # a reaped leader's pid may name another process's group by now: signal the group
+        # only where it was not killed at exit (while the pid was still the run's)
+        reaped = self.proc.returncode is not None
+        pgid = (
+            None if reaped and getattr(self.proc, "group_killed_at_exit", False) else self.proc.pid
+        )
         if urgent or self.sweeps is None:  # /stop, timeout: now, on its own
-            left = await asyncio.to_thread(kill_all, self.tag, uid, self.proc.pid)
+            left = await asyncio.to_thread(kill_all, self.tag, uid, pgid)
         else:
-            left = await self.sweeps.sweep(self.tag, uid, self.proc.pid)
+            left = await self.sweeps.sweep(self.tag, uid, pgid)
         if left:
             log.error("processes %s of a run survived SIGKILL", left)
 

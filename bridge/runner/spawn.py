@@ -6,8 +6,9 @@ is scheduled: on a busy machine that is a visible share of every run. Here the p
 started with :class:`subprocess.Popen` on the loop thread (``vfork``: the identity switch is
 ``setpriv``'s, see :mod:`provisioning.sandbox`), its pipes become asyncio streams, and its
 exit is watched through a pid file descriptor (Linux 5.3+) registered with the loop, which
-also says "exited" while a leftover child still holds the pipes. Where ``pidfd_open`` is
-missing, asyncio's own subprocess support is used instead.
+also says "exited" while a leftover child still holds the pipes. The process group (the
+runner leads its own session) is killed at that moment, before the leader is reaped. Where
+``pidfd_open`` is missing, asyncio's own subprocess support is used instead.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import signal
 import subprocess
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -38,6 +40,10 @@ class Child(Protocol):
 
 class PidfdChild:
     """A started process: streams on its pipes, its exit seen on a pidfd."""
+
+    # True: the process group was sent SIGKILL when the leader exited, before it was reaped
+    # (while its pid, hence its group id, could not be reused by another process)
+    group_killed_at_exit = True
 
     def __init__(self, popen: subprocess.Popen[bytes], pidfd: int) -> None:
         self.popen = popen
@@ -65,7 +71,13 @@ class PidfdChild:
         self.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
 
     def _reap(self) -> None:
-        """The pidfd is readable: the process has exited; collect its status."""
+        """The pidfd is readable: the process has exited; collect its status.
+
+        Before reaping it, whatever is left in its process group is killed: until the
+        zombie is reaped its pid cannot name another process's group, after that it can.
+        """
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
         self._close_pidfd()
         try:
             code = self.popen.wait(timeout=0)
