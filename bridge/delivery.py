@@ -9,7 +9,10 @@ request may have gone through) is first looked up on a surface that can tell
 marked sent with that reference and not sent again (exactly once); elsewhere it is sent
 again (at least once). Retries are counted as ``sending``.
 Transient failures are retried with backoff (honouring a platform's retry-after); a
-permanent one is recorded as failed and logged, never silently dropped.
+permanent one is recorded as failed and logged, never silently dropped. A rate limit (a
+failure carrying a retry-after) is a refusal, not a failed attempt: nothing was posted, so
+it neither uses up the attempt budget nor puts the reply in doubt; a storm of them is
+waited out for up to ``MAX_RATE_LIMITED_S`` in all.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 6
 MAX_BACKOFF_S = 30.0
+MAX_RATE_LIMITED_S = 900.0  # waiting out a platform's rate limits, per reply, at most
 DONE_MEMORY = 100_000
 
 
@@ -92,10 +96,14 @@ class Deliverer:
         confirms = surface.capabilities.confirm_delivery and isinstance(surface, ConfirmsDelivery)
         doubt = in_doubt or rec.attempts > 0
         attempt = rec.attempts
+        limited = 0.0  # seconds spent waiting out rate limits
+        retrying = attempt > 0
         while True:
             attempt += 1
-            if attempt > 1:  # a retry: count it (a first attempt costs no extra write)
+            if retrying:  # a retry: count it (a first attempt costs no extra write)
                 await self.store.mark_reply(rec.id, ReplyState.SENDING)
+            retrying = True
+            was_in_doubt = doubt
             try:
                 found = None
                 if doubt and confirms:
@@ -109,10 +117,20 @@ class Deliverer:
                 doubt = True  # from here on, a failed attempt may have landed
                 ref = await self._send(surface, rec)
             except DeliveryError as exc:
-                if exc.permanent or attempt >= MAX_ATTEMPTS:
+                if exc.retry_after > 0 and not exc.permanent:
+                    # rate limited: refused, so not posted; wait it out, bounded in all
+                    attempt -= 1
+                    doubt = was_in_doubt
+                    delay = exc.retry_after
+                    limited += delay
+                    if limited > MAX_RATE_LIMITED_S:
+                        await self._failed(rec, f"{exc} (rate limited for {limited:.0f}s)")
+                        return
+                elif exc.permanent or attempt >= MAX_ATTEMPTS:
                     await self._failed(rec, str(exc))
                     return
-                delay = exc.retry_after or min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
+                else:
+                    delay = min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
             except (OSError, TimeoutError) as exc:
                 if attempt >= MAX_ATTEMPTS:
                     await self._failed(rec, f"{type(exc).__name__}: {exc}")

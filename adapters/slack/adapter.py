@@ -95,7 +95,9 @@ class SlackAdapter:
         token = s.bot_token.get_secret_value() if s.bot_token else ""
         # retry_handlers=[]: slack_sdk's default retries a request whose connection dropped,
         # which for chat.postMessage is a blind resend; the surface decides what to retry.
-        self.client = AsyncWebClient(token=token, base_url=s.api_url, retry_handlers=[])
+        self.client = AsyncWebClient(
+            token=token, base_url=s.api_url, timeout=s.api_timeout_s, retry_handlers=[]
+        )
         self.surface = SlackSurface(
             self.client, token, api_url=s.api_url, max_file_bytes=s.max_file_bytes
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from bridge.ports import Adapter, AdapterContext, AdapterSpec
 
@@ -37,6 +37,9 @@ class SlackSettings(BaseModel):
     signing_secret: SecretStr | None = None  # required in HTTP mode
     app_token: SecretStr | None = None  # xapp-..., required in socket mode
     api_url: str = "https://slack.com/api/"  # AsyncWebClient(base_url=...): proxies, tests
+    # seconds a Web API call may take before it counts as failed (an unclear post is then
+    # looked up by its reply key before it is sent again)
+    api_timeout_s: int = Field(default=30, ge=1)
     # Each list that is set must contain the message's team / channel / user (DM channel
     # ids included in allowed_channels); with none set, allow_everyone must be true.
     allowed_teams: list[str] = []

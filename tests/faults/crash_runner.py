@@ -4,7 +4,8 @@
 It reads the prompt like ``jazz run --input-stdin``, appends one JSON line
 ``{"conversation", "prompt", "pid", "t"}`` to ``$FAKE_DIR/runs-<pid>.jsonl`` before doing
 anything else (so a run the gateway's kill cut short is still counted), works for a few
-milliseconds (``$CRASH_RUN_MS``, at most; random, so a kill can land mid-run) and answers
+milliseconds (``$CRASH_RUN_MS``, at most; random, so a kill can land mid-run; a word
+``slow=N`` in the prompt makes it work N ms, long enough for a progress bubble) and answers
 ``ANSWER <prompt>``.
 """
 
@@ -33,7 +34,11 @@ def main() -> int:
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
-    time.sleep(random.uniform(0, float(os.environ.get("CRASH_RUN_MS", "20")) / 1000))
+    slow = [w for w in prompt.split() if w.startswith("slow=")]
+    if slow:
+        time.sleep(float(slow[0][5:]) / 1000)
+    else:
+        time.sleep(random.uniform(0, float(os.environ.get("CRASH_RUN_MS", "20")) / 1000))
     envelope = {
         "ok": True,
         "answer": f"ANSWER {prompt}",

@@ -7,9 +7,9 @@ itself answers), and a Socket Mode websocket (``apps.connections.open`` points a
 Every call is recorded with its arguments (query, form and JSON merged), its HTTP status and
 any uploaded bytes. Posted messages are kept per channel with their metadata, so
 ``conversations.replies``/``history`` with ``include_all_metadata`` can find them. A method
-can be told to answer 429 with Retry-After, 5xx, or drop the connection, N times, either
-before or after doing its work (``commit=True``: the message is recorded, the caller can't
-know).
+can be told to answer 429 with Retry-After, 5xx, drop the connection, or stall past the
+client's timeout (``stall_s``, then drop it), N times, either before or after doing its work
+(``commit=True``: the message is recorded, the caller can't know).
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ class Call:
 @dataclass
 class Failure:
     method: str
-    kind: str  # "429" | "5xx" | "drop"
+    kind: str  # "429" | "5xx" | "drop" | "stall"
     times: int
     retry_after: int
     commit: bool
     when: Callable[[dict[str, Any]], bool]
+    stall_s: float = 0.0
 
 
 class FakeSlackApi:
@@ -96,10 +97,11 @@ class FakeSlackApi:
         retry_after: int = 1,
         commit: bool = False,
         when: Callable[[dict[str, Any]], bool] = lambda _a: True,
+        stall_s: float = 0.0,
     ) -> None:
-        if kind not in ("429", "5xx", "drop"):
+        if kind not in ("429", "5xx", "drop", "stall"):
             raise ValueError(kind)
-        self.failures.append(Failure(method, kind, times, retry_after, commit, when))
+        self.failures.append(Failure(method, kind, times, retry_after, commit, when, stall_s))
 
     def add_file(self, name: str, data: bytes, *, login_page: bool = False) -> dict[str, Any]:
         """A file as it appears in a message event's ``files`` list."""
@@ -194,18 +196,18 @@ class FakeSlackApi:
             return web.json_response({"ok": False, "error": "invalid_auth"})
         failure = self._failure(method, args)
         if failure is not None and not failure.commit:
-            return self._fail(request, method, args, failure)
+            return await self._fail(request, method, args, failure)
         handler = getattr(self, "_m_" + method.replace(".", "_"), None)
         if handler is None:
             self.calls.append(Call(method, args, 404))
             return web.json_response({"ok": False, "error": "unknown_method"}, status=404)
         result = handler(args)
         if failure is not None:  # the work is done; the caller never hears of it
-            return self._fail(request, method, args, failure)
+            return await self._fail(request, method, args, failure)
         self.calls.append(Call(method, args, 200 if result.get("ok") else 400))
         return web.json_response(result)
 
-    def _fail(
+    async def _fail(
         self, request: web.Request, method: str, args: dict[str, Any], failure: Failure
     ) -> web.StreamResponse:
         if failure.kind == "429":
@@ -219,8 +221,10 @@ class FakeSlackApi:
             self.calls.append(Call(method, args, 503))
             return web.json_response({"ok": False, "error": "service_unavailable"}, status=503)
         self.calls.append(Call(method, args, 0))
-        assert request.transport is not None
-        request.transport.abort()  # the connection drops before any answer
+        if failure.kind == "stall":
+            await asyncio.sleep(failure.stall_s)  # past the client's timeout: it gave up
+        if request.transport is not None:
+            request.transport.abort()  # the connection drops before any answer
         return web.Response()
 
     async def _upload(self, request: web.Request) -> web.Response:

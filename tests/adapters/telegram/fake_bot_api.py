@@ -7,7 +7,10 @@ a bounded wait) and, like Telegram, forgets an update once a call's ``offset`` p
 With ``hold_acks`` set, a ``getUpdates`` that would confirm a pending update is held
 instead (recorded in ``held``) and, when released, answers ``[]`` without confirming
 anything: the gateway's acknowledgement never arrived, as if it died between fetching an
-update and acknowledging it.
+update and acknowledging it. ``fail`` makes a method misbehave N times like a network or an
+overloaded Telegram does (429 storms, 5xx, a dropped connection, a stall past the client's
+timeout), before doing its work or after it (``commit=True``: the message is in the chat,
+the caller never hears so; recorded with status 200 and ``answered=False``).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class Call:
     params: dict[str, Any]
     status: int
     at: float = field(default_factory=time.monotonic)
+    answered: bool = True  # False: the work was done but the caller never got the answer
 
 
 @dataclass
@@ -67,6 +71,17 @@ class Failure:
     method: str
     status: int
     body: dict[str, Any]
+    when: Callable[[dict[str, Any]], bool]
+
+
+@dataclass
+class Fault:
+    method: str
+    kind: str  # "429" | "5xx" | "drop" | "stall"
+    times: int
+    retry_after: int
+    commit: bool
+    stall_s: float
     when: Callable[[dict[str, Any]], bool]
 
 
@@ -79,6 +94,7 @@ class FakeBotApi:
         self.username = username
         self.calls: list[Call] = []
         self.failures: list[Failure] = []
+        self.faults: list[Fault] = []
         self.updates: list[dict[str, Any]] = []
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, data)
         self.downloads: list[str] = []  # file paths served
@@ -121,6 +137,52 @@ class FakeBotApi:
             self.failures.append(Failure(method, 400, body, when))
         else:
             raise ValueError(kind)
+
+    def fail(
+        self,
+        method: str,
+        kind: str,
+        *,
+        times: int = 1,
+        retry_after: int = 1,
+        commit: bool = False,
+        stall_s: float = 0.0,
+        when: Callable[[dict[str, Any]], bool] = lambda _p: True,
+    ) -> None:
+        """Misbehave on the next ``times`` calls of ``method`` that ``when`` matches."""
+        if kind not in ("429", "5xx", "drop", "stall"):
+            raise ValueError(kind)
+        self.faults.append(Fault(method, kind, times, retry_after, commit, stall_s, when))
+
+    def _fault(self, method: str, params: dict[str, Any]) -> Fault | None:
+        for fault in self.faults:
+            if fault.method == method and fault.times > 0 and fault.when(params):
+                fault.times -= 1
+                return fault
+        return None
+
+    async def _misbehave(
+        self, request: web.Request, method: str, params: dict[str, Any], fault: Fault
+    ) -> web.Response:
+        if not fault.commit:
+            status = {"429": 429, "5xx": 502}.get(fault.kind, 0)
+            self.calls.append(Call(method, params, status))
+        if fault.kind == "429":
+            body = {
+                "ok": False,
+                "error_code": 429,
+                "description": f"Too Many Requests: retry after {fault.retry_after}",
+                "parameters": {"retry_after": fault.retry_after},
+            }
+            return web.json_response(body, status=429)
+        if fault.kind == "5xx":
+            body = {"ok": False, "error_code": 502, "description": "Bad Gateway"}
+            return web.json_response(body, status=502)
+        if fault.kind == "stall":
+            await asyncio.sleep(fault.stall_s)  # past the client's timeout: it gave up
+        if request.transport is not None:
+            request.transport.abort()  # the connection drops before any answer
+        return web.Response()
 
     def queue_update(self, update: dict[str, Any]) -> None:
         self.updates.append(update)
@@ -189,6 +251,9 @@ class FakeBotApi:
                 self.failures.remove(failure)
                 self.calls.append(Call(method, params, failure.status))
                 return web.json_response(failure.body, status=failure.status)
+        fault = self._fault(method, params)
+        if fault is not None and not fault.commit:
+            return await self._misbehave(request, method, params, fault)
         if method == "getUpdates":
             result: Any = await self._get_updates(params)
             if result is None:  # held: as if the request never reached Telegram
@@ -207,6 +272,9 @@ class FakeBotApi:
                 self.calls.append(Call(method, params, exc.status))
                 body = {"ok": False, "error_code": exc.status, "description": exc.description}
                 return web.json_response(body, status=exc.status)
+        if fault is not None:  # the work is done; the caller never hears of it
+            self.calls.append(Call(method, params, 200, answered=False))
+            return await self._misbehave(request, method, params, fault)
         self.calls.append(Call(method, params, 200))
         return web.json_response({"ok": True, "result": result})
 
