@@ -5,6 +5,12 @@ chat), ``RetryAfter`` honoured (the core retries after it), and after a 429 a bo
 cooldown during which progress edits and typing are dropped; answers are never dropped,
 they are retried once the cooldown is over. A reply in several parts remembers the parts
 already sent, so a retry never sends one twice.
+
+Delivery is at least once, not exactly once: the Bot API has no way to look a sent message
+up, so this surface does not offer ``find_sent``. A ``sendMessage`` that Telegram carried
+out but whose answer never arrived (a timeout, a reset connection, a 5xx after the work),
+or a gateway killed between Telegram's answer and the store marking the reply sent, is
+sent again: one extra copy per such event, never a lost answer (tests/faults measure it).
 """
 
 from __future__ import annotations
