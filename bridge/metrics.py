@@ -20,13 +20,15 @@ class Metrics:
         r = self.registry
         self.messages = Counter(
             "jazz_bridge_messages",
-            "Inbound messages by platform and outcome (accepted, duplicate, denied, ignored).",
+            "Inbound messages by platform and outcome (accepted, duplicate, denied, ignored, "
+            "malformed: signed or with the secret, but not a shape the platform sends).",
             ["platform", "outcome"],
             registry=r,
         )
         self.auth_failures = Counter(
             "jazz_bridge_auth_failures",
-            "Requests refused by authentication (bad signature, stale, wrong secret, too big).",
+            "Requests refused at the door by platform and reason (signature, missing, stale, "
+            "secret, token; too_big: a body over server.max_body_bytes, answered 413).",
             ["platform", "reason"],
             registry=r,
         )
