@@ -97,7 +97,7 @@ class Deliverer:
         doubt = in_doubt or rec.attempts > 0
         attempt = rec.attempts
         limited = 0.0  # seconds spent waiting out rate limits
-        retrying = attempt > 0
+        retrying = attempt > 0  # counted in the store's attempts (those that may have landed)
         while True:
             attempt += 1
             if retrying:  # a retry: count it (a first attempt costs no extra write)
@@ -121,6 +121,7 @@ class Deliverer:
                     # rate limited: refused, so not posted; wait it out, bounded in all
                     attempt -= 1
                     doubt = was_in_doubt
+                    retrying = False  # the next try is not counted as a retry either
                     delay = exc.retry_after
                     limited += delay
                     if limited > MAX_RATE_LIMITED_S:
