@@ -1,0 +1,394 @@
+"""Signed Slack events acknowledged per second at ``/slack/events``, against a bare handler.
+
+Baseline: a bare aiohttp server (its own process) whose only route reads the body and
+answers 200. Measured: ``jazz-bridge serve`` (its own process) with the Slack adapter in
+HTTP mode against the fake Slack Web API (in this process), every event verified by bolt
+and persisted in SQLite before its 200; the runner is ``bench/instant_runner.py``, one run
+at a time, all events in one DM conversation whose queue is unbounded for the run (the
+gateway has no "runs off" switch: runs happen behind the intake, as they would).
+
+Both servers get the same client: aiohttp, keep-alive, ``--concurrency`` requests in
+flight, the same pre-signed bodies (a DM ``message`` event each, distinct ``event_id``).
+First the most each acknowledges per second (closed loop) with p50/p99 ack latency; then
+the gateway at 80% of its own maximum (open loop: requests start on a fixed schedule and
+latency counts from the scheduled moment) for its p99. Both servers are measured twice,
+alternating (baseline, gateway, baseline, gateway); the ratio is of the means.
+
+Everything it made (temp dir, the conversation's account as root) is removed at the end,
+also on failure or Ctrl-C. Prints one table.
+
+    .venv/bin/python bench/bench_intake.py [--requests 4000] [--concurrency 32] [--load-s 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tests" / "adapters" / "slack"))
+
+import aiohttp  # noqa: E402
+from bench_pipeline import cpu_model, pct, remove_gateway_accounts, table  # noqa: E402
+from fake_slack_api import FakeSlackApi  # noqa: E402
+
+from bridge.runner.cli import shared_interpreter  # noqa: E402
+
+SECRET = "0123456789abcdef0123456789abcdef"
+BOT_TOKEN = "xoxb-0000000000-bench-token-for-the-fake"
+TEAM, DM, USER = "T0TEAM0001", "D0BENCH0001", "U0USER0001"
+JAZZ_BRIDGE = REPO / ".venv" / "bin" / "jazz-bridge"
+BARE = """
+import sys
+from aiohttp import web
+
+async def ok(request):
+    await request.read()
+    return web.Response(status=200)
+
+app = web.Application()
+app.router.add_post("/slack/events", ok)
+app.router.add_get("/readyz", lambda r: ok(r))
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bodies(n: int, start: int) -> list[tuple[bytes, dict[str, str]]]:
+    """``n`` signed DM events, distinct event ids and ts (signed now: valid for 5 minutes)."""
+    out = []
+    ts = str(int(time.time()))
+    for i in range(start, start + n):
+        event = {
+            "type": "message",
+            "user": USER,
+            "text": f"bench message {i}",
+            "ts": f"1764670000.{i:06d}",
+            "channel": DM,
+            "channel_type": "im",
+            "event_ts": f"1764670000.{i:06d}",
+        }
+        body = {
+            "token": "bench",
+            "team_id": TEAM,
+            "api_app_id": "A0APP00001",
+            "event": event,
+            "type": "event_callback",
+            "event_id": f"EvBench{i:08d}",
+            "event_time": 1764670000,
+        }
+        raw = json.dumps(body).encode()
+        digest = hmac.new(SECRET.encode(), b"v0:" + ts.encode() + b":" + raw, hashlib.sha256)
+        headers = {
+            "Content-Type": "application/json",
+            "X-Slack-Request-Timestamp": ts,
+            "X-Slack-Signature": "v0=" + digest.hexdigest(),
+        }
+        out.append((raw, headers))
+    return out
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    url: str
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+async def wait_ready(session: aiohttp.ClientSession, server: Server, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise SystemExit(f"{server.name} exited with {server.proc.returncode}")
+        try:
+            async with session.get(server.url + "/readyz") as r:
+                if r.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.05)  # polling a condition with a bound, not synchronisation
+    raise SystemExit(f"{server.name} not ready after {timeout:.0f}s")
+
+
+async def closed_loop(
+    session: aiohttp.ClientSession, url: str, reqs: list[tuple[bytes, dict[str, str]]], conc: int
+) -> dict[str, float]:
+    """The most acknowledged per second: ``conc`` requests always in flight."""
+    lat: list[float] = []
+    it = iter(reqs)
+
+    async def worker() -> None:
+        for body, headers in it:
+            t0 = time.perf_counter()
+            async with session.post(url, data=body, headers=headers) as r:
+                await r.read()
+                if r.status != 200:
+                    raise SystemExit(f"{url}: {r.status} {await r.text()}")
+            lat.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(conc)))
+    elapsed = time.perf_counter() - t0
+    return {"rate": len(reqs) / elapsed, "p50": pct(lat, 50), "p99": pct(lat, 99)}
+
+
+async def open_loop(
+    session: aiohttp.ClientSession, url: str, reqs: list[tuple[bytes, dict[str, str]]], rate: float
+) -> dict[str, float]:
+    """Requests started on a fixed schedule at ``rate``/s; latency from the scheduled moment."""
+    lat: list[float] = []
+    start = time.perf_counter() + 0.05
+
+    async def one(i: int, body: bytes, headers: dict[str, str]) -> None:
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)  # the schedule itself
+        async with session.post(url, data=body, headers=headers) as r:
+            await r.read()
+            if r.status != 200:
+                raise SystemExit(f"{url}: {r.status}")
+        lat.append(time.perf_counter() - due)
+
+    await asyncio.gather(*(one(i, b, h) for i, (b, h) in enumerate(reqs)))
+    achieved = len(reqs) / (time.perf_counter() - start)
+    return {"rate": achieved, "p50": pct(lat, 50), "p99": pct(lat, 99)}
+
+
+def start_gateway(tmp: Path, port: int, fake: FakeSlackApi, runner: Path) -> Server:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "JAZZ_BRIDGE_ROOT": str(tmp / "root"),
+        "JAZZ_BRIDGE_SERVER__PORT": str(port),
+        "JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps([shared_interpreter(), str(runner)]),
+        "JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS": "1",
+        "JAZZ_BRIDGE_LIMITS__MAX_QUEUED_PER_CONVERSATION": "1000000",
+        "JAZZ_BRIDGE_PROGRESS__FIRST_AFTER_S": "3600",
+        "JAZZ_BRIDGE_SLACK__BOT_TOKEN": BOT_TOKEN,
+        "JAZZ_BRIDGE_SLACK__SIGNING_SECRET": SECRET,
+        "JAZZ_BRIDGE_SLACK__API_URL": fake.api_url,
+        "JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE": "true",
+        "JAZZ_BRIDGE_WEB__ENABLED": "false",
+        "JAZZ_BRIDGE_LOG__FILE": str(tmp / "gateway.log"),
+    }
+    proc = subprocess.Popen(
+        [str(JAZZ_BRIDGE), "serve"],
+        env=env,
+        cwd=tmp,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "gateway.stderr", "wb"),  # noqa: SIM115 (closed with the process)
+    )
+    return Server("jazz-bridge serve", proc, f"http://127.0.0.1:{port}")
+
+
+def start_bare(tmp: Path, port: int) -> Server:
+    script = tmp / "bare.py"
+    script.write_text(BARE)
+    proc = subprocess.Popen([sys.executable, str(script), str(port)], cwd=tmp)
+    return Server("bare aiohttp", proc, f"http://127.0.0.1:{port}")
+
+
+async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]:
+    fake = FakeSlackApi(BOT_TOKEN)
+    await fake.start()
+    runner = tmp / "instant_runner.py"
+    shutil.copyfile(HERE / "instant_runner.py", runner)
+    os.chmod(runner, 0o755)
+    bare = start_bare(tmp, free_port())
+    gateway = start_gateway(tmp, free_port(), fake, runner)
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=60)
+    results: dict[str, list[dict[str, float]]] = {"bare": [], "gateway": []}
+    load: dict[str, float] = {}
+    n = args.requests
+    next_id = 0
+    to_gateway = 0
+
+    def batch(count: int, server: Server) -> list[tuple[bytes, dict[str, str]]]:
+        nonlocal next_id, to_gateway
+        out = bodies(count, next_id)
+        next_id += count
+        to_gateway += count if server is gateway else 0
+        return out
+
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            await wait_ready(session, bare)
+            await wait_ready(session, gateway)
+            for server in (bare, gateway):  # warm-up: connections, bolt's auth.test, the account
+                url = server.url + "/slack/events"
+                await closed_loop(session, url, batch(300, server), args.concurrency)
+            profiler = _py_spy(gateway.proc.pid, args.profile)
+            for _ in range(2):
+                for key, server in (("bare", bare), ("gateway", gateway)):
+                    url = server.url + "/slack/events"
+                    reqs = batch(n, server)
+                    results[key].append(await closed_loop(session, url, reqs, args.concurrency))
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+                profiler.wait(60)
+            gw_max = sum(r["rate"] for r in results["gateway"]) / 2
+            count = int(gw_max * 0.8 * args.load_s)
+            load = await open_loop(
+                session, gateway.url + "/slack/events", batch(count, gateway), gw_max * 0.8
+            )
+            load["target"] = gw_max * 0.8
+            rss = _rss_kb(gateway.proc.pid)
+    finally:
+        gateway.stop()
+        bare.stop()
+        await fake.stop()
+    stored = _stored(tmp / "root")
+
+    def mean(key: str, field: str) -> float:
+        return sum(r[field] for r in results[key]) / len(results[key])
+
+    bare_rate, gw_rate = mean("bare", "rate"), mean("gateway", "rate")
+    ratio = gw_rate / bare_rate
+    rows = [
+        ("measure", "value", "ratio / note"),
+        (
+            "bare aiohttp handler (baseline), acks/s",
+            f"{bare_rate:.0f}",
+            " / ".join(f"{r['rate']:.0f}" for r in results["bare"]) + " (two rounds)",
+        ),
+        (
+            "  bare: ack latency p50 / p99",
+            f"{mean('bare', 'p50') * 1000:.1f} / {mean('bare', 'p99') * 1000:.1f} ms",
+            f"{args.concurrency} in flight",
+        ),
+        (
+            "gateway /slack/events (signed, persisted), acks/s",
+            f"{gw_rate:.0f}",
+            f"x{ratio:.2f} of the bare handler (aim >= 0.5: {'met' if ratio >= 0.5 else 'MISSED'})"
+            f"; rounds " + " / ".join(f"{r['rate']:.0f}" for r in results["gateway"]),
+        ),
+        (
+            "  gateway: ack latency p50 / p99 at its max",
+            f"{mean('gateway', 'p50') * 1000:.1f} / {mean('gateway', 'p99') * 1000:.1f} ms",
+            f"{args.concurrency} in flight (closed loop: latency = concurrency / rate)",
+        ),
+        (
+            "  gateway at 80% of its max: p50 / p99",
+            f"{load['p50'] * 1000:.1f} / {load['p99'] * 1000:.1f} ms",
+            f"open loop {load['target']:.0f}/s scheduled, {load['rate']:.0f}/s done, "
+            f"{args.load_s:.0f} s (aim p99 < 100 ms: {'met' if load['p99'] < 0.1 else 'MISSED'})",
+        ),
+        (
+            "  events stored in the gateway's inbox",
+            f"{stored}",
+            f"of {to_gateway} acknowledged (each persisted before its 200); "
+            f"gateway RSS {rss / 1024:.0f} MB",
+        ),
+    ]
+    return rows
+
+
+def _py_spy(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the gateway (all threads) until SIGINT, as collapsed stacks."""
+    if out is None:
+        return None
+    spy = shutil.which("py-spy") or str(REPO / ".venv" / "bin" / "py-spy")
+    argv = [spy, "record", "--pid", str(pid), "--format", "raw", "-o", str(out), "--threads"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def top_frames(raw: Path, n: int = 20) -> str:
+    """The functions the samples were in (self time), from py-spy's collapsed stacks."""
+    counts: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        leaf = stack.split(";")[-1]
+        counts[leaf] = counts.get(leaf, 0) + int(count)
+        total += int(count)
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:n]
+    return "\n".join(f"{c / max(total, 1):6.1%}  {f}" for f, c in top)
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _stored(root: Path) -> int:
+    import sqlite3
+
+    db = root / "state" / "bridge.db"
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            return int(conn.execute("SELECT count(*) FROM inbox").fetchone()[0])
+    except sqlite3.Error as exc:
+        raise SystemExit(f"cannot read {db}: {exc}") from exc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=4000, help="requests per timed round")
+    ap.add_argument("--concurrency", type=int, default=32, help="requests in flight")
+    ap.add_argument("--load-s", type=float, default=5.0, help="seconds at 80%% load")
+    ap.add_argument("--profile", type=Path, help="py-spy the gateway's timed rounds to FILE")
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on SIGTERM too
+    load_start = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-intake-"))
+    os.chmod(tmp, 0o755)  # the conversation's account runs the runner from here
+    try:
+        rows = asyncio.run(run(args, tmp))
+    finally:
+        removed = remove_gateway_accounts(tmp / "root")
+        shutil.rmtree(tmp, ignore_errors=True)
+    load_end = os.getloadavg()
+    rows.append(
+        (
+            "machine",
+            f"{os.cpu_count()} CPUs",
+            f"{cpu_model()}; Python {platform.python_version()}; load average "
+            f"{load_start[0]:.2f} at start, {load_end[0]:.2f} at end; "
+            f"{'root' if os.geteuid() == 0 else 'not root'}, {removed} account(s) removed",
+        )
+    )
+    print(table(rows))
+    if args.profile is not None and args.profile.exists():
+        print(f"\ngateway self time, top functions ({args.profile}):", file=sys.stderr)
+        print(top_frames(args.profile), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""Telegram load: ``jazz-bridge serve`` polling a local fake Bot API, 200 messages, 20 chats.
+
+The gateway is a real ``jazz-bridge serve`` process in polling mode; the fake Bot API
+(``tests/adapters/telegram/fake_bot_api.py``, in this process) releases 200 private-chat
+messages over 20 chats either all at once (burst) or each one after the previous answer
+arrived (seq). The runner is ``bench/instant_runner.py`` (spawned per run, as the
+conversation's own account when root). ``telegram.min_send_interval_s`` (about one
+message a second per chat, Telegram's advice) is set to 0 here, and
+``limits.max_queued_per_conversation`` to 20 so a burst of 10 per chat all queue.
+
+Timed per message: from the fake handing the update out in a ``getUpdates`` answer to the
+answer's ``sendMessage`` reaching it. One warm-up message per chat first (accounts and
+homes are made there, reported apart). Also: Bot API calls per message (every method the
+gateway called during the timed phase), the gateway's RSS, and every update persisted
+before the offset moved (the gateway's contract; checked here: each timed update is in its
+inbox). The TypeScript figures are the issue's reference (measured elsewhere, without
+persisting anything), not measured here.
+
+Removes what it made (temp dir, the conversations' accounts), also on failure or Ctrl-C.
+
+    .venv/bin/python bench/bench_telegram_load.py [--messages 200] [--chats 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tests" / "adapters" / "telegram"))
+
+import aiohttp  # noqa: E402
+from bench_pipeline import cpu_model, pct, remove_gateway_accounts, table  # noqa: E402
+from fake_bot_api import FakeBotApi  # noqa: E402
+
+from bridge.runner.cli import shared_interpreter  # noqa: E402
+
+TOKEN = "999999999:AAbench-token_for-the-fake"
+JAZZ_BRIDGE = REPO / ".venv" / "bin" / "jazz-bridge"
+REFERENCE = {"seq": 370.0, "burst": 830.0}  # msgs/s, the TypeScript bridge, from issue 7
+FIRST_CHAT = 500_000_001
+
+
+class TimedBotApi(FakeBotApi):
+    """The fake Bot API, noting when each update was first handed out."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__(token)
+        self.handed: dict[int, float] = {}
+
+    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]] | None:
+        result = await super()._get_updates(params)
+        now = time.monotonic()
+        for update in result or []:
+            self.handed.setdefault(int(update["update_id"]), now)
+        return result
+
+
+def update(update_id: int, chat: int, text: str) -> dict[str, Any]:
+    return {
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id,
+            "from": {"id": chat, "is_bot": False, "first_name": "Bench"},
+            "chat": {"id": chat, "type": "private", "first_name": "Bench"},
+            "date": int(time.time()),
+            "text": text,
+        },
+    }
+
+
+def answers(fake: FakeBotApi, chat: int) -> list[float]:
+    """When each answer (a sendMessage without buttons) to ``chat`` arrived, in order."""
+    return [
+        c.at
+        for c in fake.calls
+        if c.method == "sendMessage"
+        and c.status == 200
+        and int(c.params.get("chat_id", 0)) == chat
+        and str(c.params.get("text", "")).startswith("ok: ")
+    ]
+
+
+async def wait_for(pred: Any, timeout: float, what: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if proc.poll() is not None:
+            raise SystemExit(f"the gateway exited ({proc.returncode}) waiting for {what}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(0.002)  # polling a condition with a bound
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_kb(pid: int) -> tuple[int, int]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0])
+    return fields.get("VmRSS", 0), fields.get("VmHWM", 0)
+
+
+async def one_mode(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    fake = TimedBotApi(TOKEN)
+    await fake.start()
+    root = tmp / f"root-{mode}"
+    runner = tmp / "instant_runner.py"
+    port = free_port()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "JAZZ_BRIDGE_ROOT": str(root),
+        "JAZZ_BRIDGE_SERVER__PORT": str(port),
+        "JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps([shared_interpreter(), str(runner)]),
+        "JAZZ_BRIDGE_LIMITS__MAX_QUEUED_PER_CONVERSATION": "20",
+        "JAZZ_BRIDGE_PROGRESS__FIRST_AFTER_S": "3600",
+        "JAZZ_BRIDGE_TELEGRAM__TOKEN": TOKEN,
+        "JAZZ_BRIDGE_TELEGRAM__API_URL": fake.api_url,
+        "JAZZ_BRIDGE_TELEGRAM__MODE": "polling",
+        "JAZZ_BRIDGE_TELEGRAM__ALLOW_EVERYONE": "true",
+        "JAZZ_BRIDGE_TELEGRAM__MIN_SEND_INTERVAL_S": "0",
+        "JAZZ_BRIDGE_WEB__ENABLED": "false",
+        "JAZZ_BRIDGE_LOG__FILE": str(tmp / f"gateway-{mode}.log"),
+    }
+    stderr = open(tmp / f"gateway-{mode}.stderr", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [str(JAZZ_BRIDGE), "serve"], env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=stderr
+    )
+    out: dict[str, Any] = {"mode": mode}
+    chats = [FIRST_CHAT + i for i in range(args.chats)]
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def ready() -> bool:
+                try:
+                    async with session.get(f"http://127.0.0.1:{port}/readyz") as r:
+                        return r.status == 200
+                except aiohttp.ClientError:
+                    return False
+
+            deadline = time.monotonic() + 60
+            while not await ready():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the gateway did not start (see {stderr.name})")
+                await asyncio.sleep(0.05)
+
+        # warm-up: one message per chat (the account and home of each are made here)
+        next_id = 1
+        t0 = time.perf_counter()
+        for chat in chats:
+            fake.queue_update(update(next_id, chat, f"warm up {chat}"))
+            next_id += 1
+        await wait_for(
+            lambda: all(len(answers(fake, c)) >= 1 for c in chats), 300, "warm-up answers", proc
+        )
+        out["warmup_s"] = time.perf_counter() - t0
+
+        calls_before = len(fake.calls)
+        per_chat = args.messages // args.chats
+        timed: list[tuple[int, int, int]] = []  # (update id, chat, k-th answer of that chat)
+        t0 = time.perf_counter()
+        if mode == "burst":
+            for k in range(per_chat):
+                for chat in chats:
+                    timed.append((next_id, chat, 2 + k))
+                    fake.queue_update(update(next_id, chat, f"m{next_id}"))
+                    next_id += 1
+            await wait_for(
+                lambda: all(len(answers(fake, c)) >= 1 + per_chat for c in chats),
+                300,
+                "every burst answer",
+                proc,
+            )
+        else:
+            for k in range(per_chat):
+                for chat in chats:
+                    timed.append((next_id, chat, 2 + k))
+                    fake.queue_update(update(next_id, chat, f"m{next_id}"))
+                    next_id += 1
+                    want = 2 + k
+                    await wait_for(
+                        lambda c=chat, w=want: len(answers(fake, c)) >= w, 60, "the answer", proc
+                    )
+        elapsed = time.perf_counter() - t0
+        lat = []
+        for update_id, chat, nth in timed:
+            lat.append(answers(fake, chat)[nth - 1] - fake.handed[update_id])
+        methods: dict[str, int] = {}
+        for call in fake.calls[calls_before:]:
+            methods[call.method] = methods.get(call.method, 0) + 1
+        total = len(timed)
+        out.update(
+            total=total,
+            rate=total / elapsed,
+            p50=pct(lat, 50),
+            p95=pct(lat, 95),
+            calls=sum(methods.values()) / total,
+            methods={m: n / total for m, n in sorted(methods.items())},
+            rss=rss_kb(proc.pid),
+        )
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        stderr.close()
+        await fake.stop()
+    db = root / "state" / "bridge.db"
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        stored = {
+            int(r[0].split(":")[1])
+            for r in conn.execute("SELECT event_id FROM inbox WHERE platform = 'telegram'")
+        }
+    out["persisted"] = sum(1 for u, _c, _n in timed if u in stored)
+    out["accounts_removed"] = remove_gateway_accounts(root)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=200)
+    ap.add_argument("--chats", type=int, default=20)
+    ap.add_argument("--modes", nargs="+", default=["seq", "burst"], choices=["seq", "burst"])
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on SIGTERM too
+    load_start = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-telegram-"))
+    os.chmod(tmp, 0o755)  # conversation accounts run the runner from here
+    shutil.copyfile(HERE / "instant_runner.py", tmp / "instant_runner.py")
+    os.chmod(tmp / "instant_runner.py", 0o755)
+    results = []
+    try:
+        for mode in args.modes:
+            results.append(asyncio.run(one_mode(mode, args, tmp)))
+    finally:
+        for root in tmp.glob("root-*"):
+            remove_gateway_accounts(root)
+        shutil.rmtree(tmp, ignore_errors=True)
+    load_end = os.getloadavg()
+    rows = [("measure", "value", "ratio / note")]
+    for r in results:
+        mode = r["mode"]
+        ref = REFERENCE[mode]
+        rows.append(
+            (
+                f"{mode}: msgs/s",
+                f"{r['rate']:.1f}",
+                f"x{r['rate'] / ref:.2f} of the reference {ref:.0f} msgs/s (aim x1.5 = "
+                f"{ref * 1.5:.0f}: {'met' if r['rate'] >= ref * 1.5 else 'MISSED'})",
+            )
+        )
+        rows.append(
+            (
+                f"  {mode}: update handed out -> answer's sendMessage, p50 / p95",
+                f"{r['p50'] * 1000:.1f} / {r['p95'] * 1000:.1f} ms",
+                f"{r['total']} msgs over {args.chats} private chats",
+            )
+        )
+        detail = ", ".join(f"{m} {n:.2f}" for m, n in r["methods"].items())
+        rows.append((f"  {mode}: Bot API calls per message", f"{r['calls']:.2f}", detail))
+        rows.append(
+            (
+                f"  {mode}: gateway RSS (now / peak)",
+                f"{r['rss'][0] / 1024:.0f} / {r['rss'][1] / 1024:.0f} MB",
+                f"{r['persisted']} of {r['total']} updates found in the inbox afterwards",
+            )
+        )
+        rows.append(
+            (
+                f"  {mode}: warm-up (one msg per new chat)",
+                f"{r['warmup_s']:.2f} s",
+                "account + home each, not timed above",
+            )
+        )
+    rows.append(
+        (
+            "reference (from issue 7, NOT measured here)",
+            "370 / 830 msgs/s",
+            "the leading TypeScript bridge, seq / burst, same load, this machine class, "
+            "persisting nothing",
+        )
+    )
+    rows.append(
+        (
+            "settings",
+            "min_send_interval_s = 0",
+            "Telegram pacing (~1 msg/s per chat by default) off for the benchmark; "
+            "max_queued_per_conversation = 20; runner spawned per message",
+        )
+    )
+    rows.append(
+        (
+            "machine",
+            f"{os.cpu_count()} CPUs",
+            f"{cpu_model()}; Python {platform.python_version()}; load average "
+            f"{load_start[0]:.2f} at start, {load_end[0]:.2f} at end; "
+            f"{'root: one account per chat' if os.geteuid() == 0 else 'not root'}",
+        )
+    )
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
