@@ -24,6 +24,7 @@ naming both paths, and a fresh database is created. The files are never world-re
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -199,6 +200,9 @@ class SqliteStore(Store):
         self.file_mode = file_mode
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None  # touched only on the worker thread
+        # group commit of intake writes (see _grouped_tx)
+        self._group: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._committer: asyncio.Task[None] | None = None
 
     # -- plumbing -----------------------------------------------------------------------------
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -216,11 +220,12 @@ class SqliteStore(Store):
         try:
             return fn(conn)
         except sqlite3.Error as exc:
-            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL:
-                raise StoreFull(
-                    f"store {self.path}: the disk is full ({exc}); nothing was written"
-                ) from exc
-            raise StoreError(f"store {self.path}: {exc}") from exc
+            raise self._store_error(exc) from exc
+
+    def _store_error(self, exc: sqlite3.Error) -> StoreError:
+        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL:
+            return StoreFull(f"store {self.path}: the disk is full ({exc}); nothing was written")
+        return StoreError(f"store {self.path}: {exc}")
 
     async def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` inside one ``BEGIN IMMEDIATE`` ... ``COMMIT`` on the worker thread."""
@@ -241,6 +246,66 @@ class SqliteStore(Store):
 
         return await self._call(transaction)
 
+    async def _grouped_tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Like :meth:`_tx`, but writes arriving while a commit is on the disk share the next.
+
+        Group commit: with ``synchronous=FULL`` every COMMIT waits for the disk, so one
+        transaction per inbound message made intake as slow as the disk's flush (about 100
+        a second on a busy disk). Each write runs in a savepoint of its own (one that fails
+        fails alone); its caller hears back only after the COMMIT that holds it returned,
+        so nothing is acknowledged before it is on disk.
+        """
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._group.append((fn, future))
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.create_task(self._commit_groups(), name="store-commit")
+        return await future
+
+    async def _commit_groups(self) -> None:
+        while self._group:
+            group, self._group = self._group, []
+            fns = [fn for fn, _ in group]
+            try:
+                outcomes = await self._call(functools.partial(self._group_on_worker, fns=fns))
+            except BaseException as exc:  # the transaction failed: nothing of it was written
+                for _, future in group:
+                    if not future.done():
+                        future.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            for (_, future), (ok, value) in zip(group, outcomes, strict=True):
+                if future.done():  # its caller gave up; the write stands (dedupe keys it)
+                    continue
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+
+    def _group_on_worker(
+        self, conn: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], Any]]
+    ) -> list[tuple[bool, Any]]:
+        outcomes: list[tuple[bool, Any]] = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for fn in fns:
+                conn.execute("SAVEPOINT one_write")
+                try:
+                    outcomes.append((True, fn(conn)))
+                except sqlite3.Error as exc:
+                    conn.execute("ROLLBACK TO one_write")
+                    outcomes.append((False, self._store_error(exc)))
+                conn.execute("RELEASE one_write")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    log.exception("store %s: rollback failed", self.path)
+            raise
+        return outcomes
+
     # -- open / close -------------------------------------------------------------------------
     async def open(self) -> None:
         if self._executor is not None:
@@ -259,6 +324,8 @@ class SqliteStore(Store):
             raise
 
     async def close(self) -> None:
+        if self._committer is not None:  # writes already handed in are committed first
+            await asyncio.shield(asyncio.gather(self._committer, return_exceptions=True))
         executor, self._executor = self._executor, None
         if executor is None:
             return
@@ -603,7 +670,7 @@ class SqliteStore(Store):
             ).fetchone()
             return self._message(row), True
 
-        return await self._tx(work)
+        return await self._grouped_tx(work)
 
     async def get_message(self, message_id: int) -> MessageRecord | None:
         def work(conn: sqlite3.Connection) -> MessageRecord | None:

@@ -155,6 +155,33 @@ async def test_concurrent_accepts_dedupe(store: SqliteStore) -> None:
     assert len(await store.messages_in_state(InboxState.ACCEPTED)) == 10
 
 
+async def test_concurrent_accepts_share_commits_and_fail_alone(
+    store: SqliteStore, db_path: Path
+) -> None:
+    """Group commit: accepts in flight together share COMMITs; one that fails fails alone,
+    and every accept that returned is on disk (another connection sees it)."""
+    commits: list[str] = []
+
+    def trace(conn: sqlite3.Connection) -> None:
+        conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+
+    await store._call(trace)
+    good = [inbound(f"g{i}", thread_key=f"slack:T1:C1:{i}.0") for i in range(30)]
+    bad = inbound("bad", thread_key="slack:T1:C1:bad")
+    results = await asyncio.gather(
+        *(store.accept(e, home="h", is_command=False) for e in good[:15]),
+        store.accept(bad, home=None, is_command=False),  # type: ignore[arg-type]
+        *(store.accept(e, home="h", is_command=False) for e in good[15:]),
+        return_exceptions=True,
+    )
+    assert isinstance(results[15], StoreError), results[15]
+    assert all(isinstance(r, tuple) and r[1] for i, r in enumerate(results) if i != 15)
+    assert 1 <= len(commits) < len(good)
+    with sqlite3.connect(db_path) as other:
+        stored = {row[0] for row in other.execute("SELECT event_id FROM inbox")}
+    assert stored == {f"g{i}" for i in range(30)}
+
+
 async def test_sqlite_runs_off_the_event_loop_thread(store: SqliteStore) -> None:
     worker = await store._call(lambda conn: threading.get_ident())
     assert worker != threading.get_ident()
