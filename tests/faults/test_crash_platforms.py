@@ -30,6 +30,7 @@ The counts are parameters: ``JB_CRASH_MESSAGES`` (default 1000), ``JB_CRASH_CONV
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import secrets
@@ -168,7 +169,9 @@ def env(
         slack,
         telegram,
         JAZZ_BRIDGE_LIMITS__MAX_QUEUED_PER_CONVERSATION=str(MESSAGES),
-        JAZZ_BRIDGE_RUNNER__EXTRA_ENV=f'{{"FAKE_DIR": "{fake_dir}", "CRASH_RUN_MS": "{RUN_MS}"}}',
+        JAZZ_BRIDGE_RUNNER__EXTRA_ENV=json.dumps(
+            {"FAKE_DIR": str(fake_dir), "CRASH_RUN_MS": RUN_MS}
+        ),
         JAZZ_BRIDGE_LOG__FORMAT="text",
     )
     install_runner(e, fake_dir, "crash_runner.py")
@@ -326,27 +329,25 @@ async def test_kill_9_at_random_moments_loses_and_repeats_nothing(
     gw = GatewayProcess(env, tmp_path)
     t0 = time.monotonic()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
-        await gw.start(session)
-        senders = [converse(c, session, gw, tally, random.Random(rng.random())) for c in convs]
         try:
+            await gw.start(session)
+            senders = [converse(c, session, gw, tally, random.Random(rng.random())) for c in convs]
             await asyncio.gather(killer(gw, session, random.Random(rng.random()), KILLS), *senders)
+            sent_s = time.monotonic() - t0
+
+            def drained() -> bool:
+                for conv in convs:
+                    shown = conv.shown(slack, telegram)
+                    answered = {r.answer_to for r in shown if r.answer_to}
+                    told = sum(1 for r in shown if r.interrupted)
+                    if len(answered) + told < sum(1 for m in conv.messages if m.acked_at):
+                        return False
+                return True
+
+            await wait_until(drained, DRAIN_WITHIN_S, "every acknowledged message answered")
         except BaseException:
             print(gw.log_tail())
             raise
-        sent_s = time.monotonic() - t0
-
-        def drained() -> bool:
-            for conv in convs:
-                shown = conv.shown(slack, telegram)
-                done = {r.answer_to for r in shown if r.answer_to} | {
-                    "x" + str(i) for i, r in enumerate(shown) if r.interrupted
-                }
-                if len(done) < sum(1 for m in conv.messages if m.acked_at is not None):
-                    return False
-            return True
-
-        try:
-            await wait_until(drained, DRAIN_WITHIN_S, "every acknowledged message answered")
         finally:
             code = await gw.stop()
     assert code == 0, gw.log_tail()
@@ -359,6 +360,7 @@ async def test_kill_9_at_random_moments_loses_and_repeats_nothing(
     problems += [f"a run of an unknown prompt {t!r}" for t in runs if t not in all_tokens]
     lookups = len(slack.called("conversations.replies"))
     log = gw.log_path.read_text(errors="replace")
+    errors = [line for line in log.splitlines() if " ERROR " in line]
     counts = {
         "seed": seed,
         "sent": sum(len(c.messages) for c in convs),
@@ -373,13 +375,15 @@ async def test_kill_9_at_random_moments_loses_and_repeats_nothing(
         "telegram_resent_after_kill": sum(v.resent_after_kill for v in verdicts.values()),
         "slack_lookups": lookups,
         "slack_found_landed": log.count("had landed before"),
-        "gateway_errors": sum(1 for line in log.splitlines() if " ERROR " in line),
+        "gateway_errors": len(errors),
         "statuses": dict(sorted(tally.statuses.items())),
         "sending_s": round(sent_s, 1),
         "total_s": round(time.monotonic() - t0, 1),
     }
     with capsys.disabled():
         print("crash suite counts: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+        for line in errors[:10]:
+            print("  gateway error:", line[:300])
         for problem in problems[:40]:
             print("  problem:", problem)
     assert len(kills) >= KILLS
