@@ -1,10 +1,10 @@
 """The whole pipeline with an instant runner, against just spawning that runner.
 
-Baseline ("the limit"): this machine spawning ``bench/instant_runner.py`` directly with
-``asyncio.create_subprocess_exec``, at the gateway's concurrency, as the same kind of
-identity (as root: a throwaway account, no supplementary groups, own session, umask 027)
-started the same way (through ``setpriv`` when installed, as the gateway does), with the
-same argv and stdin frame, measured right before and right after each gateway
+Baseline ("the limit"): this machine spawning ``bench/instant_runner.py`` directly, the way
+the CLI backend starts a process (``bridge.runner.spawn``, through ``setpriv`` when
+installed), at the gateway's concurrency, as the same kind of identity (as root: a
+throwaway account, no supplementary groups, own session, umask 027), with the same argv
+and stdin frame, measured right before and right after each gateway
 run (the mean is the limit, so drift on a shared machine shows). Then the real gateway (in
 process: web API, SQLite, one Unix account per conversation when root) answers messages
 across many conversations over HTTP, after a warm-up message per conversation (accounts
@@ -52,6 +52,7 @@ from bridge.app import GatewayApp
 from bridge.config import load_settings
 from bridge.plugins import load_specs
 from bridge.runner.cli import shared_interpreter
+from bridge.runner.spawn import start_process
 from provisioning.sandbox import setpriv_path
 
 RUNNER_SRC = Path(__file__).resolve().parent / "instant_runner.py"
@@ -187,14 +188,13 @@ class Spawner:
     async def once(self, prompt: str) -> float:
         frame = (json.dumps({"prompt": prompt}) + "\n").encode()
         t0 = time.perf_counter()
-        proc = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            **self.kwargs,
-        )
-        out, err = await proc.communicate(frame)
+        # started as the CLI backend starts a run (Popen on the loop, exit seen on a pidfd)
+        proc = await start_process(self.argv, **self.kwargs)
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.write(frame)
+        await proc.stdin.drain()
+        proc.stdin.close()
+        out, err, _ = await asyncio.gather(proc.stdout.read(), proc.stderr.read(), proc.wait())
         elapsed = time.perf_counter() - t0
         if proc.returncode != 0 or not out.startswith(b'{"ok": true'):
             raise SystemExit(f"the runner failed ({proc.returncode}): {out[:200]!r} {err[-500:]!r}")
