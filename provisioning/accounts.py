@@ -21,6 +21,7 @@ import pwd
 import stat
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -54,8 +55,17 @@ def _nologin() -> str:
     return "/bin/false"
 
 
+LOCK_RETRIES = 10  # useradd/groupadd finding /etc/passwd or /etc/group locked by another tool
+
+
 def _run(argv: list[str]) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    for attempt in range(LOCK_RETRIES):
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode == 0 or "lock" not in proc.stderr.lower():
+            break
+        # another process (an admin's useradd, a package install) holds the shadow-utils
+        # lock for a moment: wait and try again rather than fail the conversation
+        time.sleep(0.05 * (attempt + 1))
     if proc.returncode != 0:
         raise AccountError(
             f"{' '.join(argv)} failed (exit {proc.returncode}): {proc.stderr.strip()}"

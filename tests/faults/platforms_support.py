@@ -55,6 +55,7 @@ SLACK_BOT = "U0BOT00001"
 TG_TOKEN = "999999999:AAcrash-suite_token-for-the-fake"
 TG_SECRET = "crash-suite_webhook-secret"
 INTERRUPTED = "interrupted before it was answered"
+FAILED = "❌"
 ANSWER_RE = re.compile(r"ANSWER (\S+)")
 
 
@@ -277,6 +278,11 @@ class Shown:
     @property
     def interrupted(self) -> bool:
         return INTERRUPTED in self.text
+
+    @property
+    def failed(self) -> bool:
+        """The core's error reply (the run failed, or its home could not be prepared)."""
+        return self.text.startswith(FAILED)
 
 
 def slack_shown(fake: FakeSlackApi, channel: str, thread_ts: str) -> list[Shown]:

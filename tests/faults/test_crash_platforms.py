@@ -250,7 +250,7 @@ def judge(
                 verdict.problems.append(f"{conv.name}: an answer to {reply.answer_to} landed here")
                 continue
             relevant.append(reply)
-        elif reply.interrupted:
+        elif reply.interrupted or reply.failed:
             relevant.append(reply)
     if conv.platform == "slack":
         keys = Counter(r.reply_key for r in shown)
@@ -295,10 +295,14 @@ def judge(
                         + (" (a kill between)" if between else " (no kill between)")
                     )
                 continue
+            pos += 1
+            if reply.failed:  # an error in place of the answer: say which, stay aligned
+                verdict.problems.append(f"{conv.name}: {msg.token} got {reply.text[:200]!r}")
+                previous = reply
+                break
             verdict.problems.append(
                 f"{conv.name}: expected the reply to {msg.token}, found {reply.text[:60]!r}"
             )
-            pos += 1
     for reply in relevant[pos:]:
         if (
             previous is not None
@@ -339,7 +343,7 @@ async def test_kill_9_at_random_moments_loses_and_repeats_nothing(
                 for conv in convs:
                     shown = conv.shown(slack, telegram)
                     answered = {r.answer_to for r in shown if r.answer_to}
-                    told = sum(1 for r in shown if r.interrupted)
+                    told = sum(1 for r in shown if r.interrupted or r.failed)
                     if len(answered) + told < sum(1 for m in conv.messages if m.acked_at):
                         return False
                 return True
