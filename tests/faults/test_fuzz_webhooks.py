@@ -74,7 +74,7 @@ SLACK_TOKEN = "xoxb-0000000000-test-token-for-the-fake"
 TG_TOKEN = "999999999:AAtest-token_for-the-fake"
 TG_SECRET = "s3cret-webhook_token"
 MAX_REAL_DEPTH = 64  # neither platform sends anything nested this deep
-PERSON_SUBTYPES = {None, "file_share", "thread_broadcast"}
+PERSON_SUBTYPES = (None, "file_share", "thread_broadcast")  # a tuple: values may be unhashable
 T = TypeVar("T")
 
 EXAMPLES = int(os.environ.get("JB_FUZZ_EXAMPLES", "400"))  # per webhook test; keys get 8x
