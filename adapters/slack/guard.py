@@ -163,6 +163,10 @@ def _check(obj: dict[str, Any], where: str) -> str | None:
             problem = _check(value, path)
             if problem:
                 return problem
-    if obj.get("type") == "block_actions" and not where and not obj.get("actions"):
-        return "a block_actions payload without actions"
+    if obj.get("type") in ("block_actions", "interactive_message") and not where:
+        actions = obj.get("actions")
+        if not actions:  # bolt takes actions[0]
+            return f"a {obj['type']} payload without actions"
+        if not all(isinstance(a.get("action_id"), str) for a in actions):
+            return "a block action without an action_id"  # bolt's matcher indexes it
     return None
