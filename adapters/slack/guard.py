@@ -19,6 +19,8 @@ from typing import Any
 
 from slack_bolt.request.internals import parse_body
 
+from bridge.payload import scan
+
 SIGNATURE_WINDOW_S = 60 * 5
 MAX_DEPTH = 64  # Slack's deepest payloads (rich text in blocks) stay far below this
 
@@ -104,36 +106,6 @@ def parse(raw: bytes, content_type: str | None) -> tuple[dict[str, Any] | None, 
         return None, "a string in the body is not valid unicode (a lone surrogate)"
     problem = _check(body, "")
     return (None, problem) if problem else (body, "")
-
-
-def depth(value: Any) -> int:
-    """How deeply lists and objects nest in ``value`` (iterative: no recursion limit)."""
-    return scan(value)[0]
-
-
-def scan(value: Any) -> tuple[int, bool]:
-    """How deeply ``value`` nests, and whether a string in it has a lone surrogate.
-
-    JSON can escape half a surrogate pair (``"\\ud800"``); no platform sends one, and such
-    a string cannot be stored or encoded anywhere, so it is found before anything keeps it.
-    """
-    deepest, broken, stack = 0, False, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = [*item.keys(), *item.values()]
-        elif isinstance(item, list):
-            children = item
-        else:
-            if isinstance(item, str) and not broken:
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    broken = True
-            continue
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in children)
-    return deepest, broken
 
 
 def _check(obj: dict[str, Any], where: str) -> str | None:

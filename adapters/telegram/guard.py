@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridge.payload import scan
+
 MAX_DEPTH = 64  # real updates (a reply to a reply, entities, keyboards) stay far below
 
 Spec = type | tuple[type, ...] | dict[str, Any] | list[Any]
@@ -79,36 +81,6 @@ def problem(data: Any) -> str | None:
     if broken:
         return "a string in it is not valid unicode (a lone surrogate)"
     return _check(data, UPDATE, "update")
-
-
-def depth(value: Any) -> int:
-    """How deeply lists and objects nest in ``value`` (iterative: no recursion limit)."""
-    return scan(value)[0]
-
-
-def scan(value: Any) -> tuple[int, bool]:
-    """How deeply ``value`` nests, and whether a string in it has a lone surrogate.
-
-    JSON can escape half a surrogate pair (``"\\ud800"``); no platform sends one, and such
-    a string cannot be stored or encoded anywhere, so it is found before anything keeps it.
-    """
-    deepest, broken, stack = 0, False, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = [*item.keys(), *item.values()]
-        elif isinstance(item, list):
-            children = item
-        else:
-            if isinstance(item, str) and not broken:
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    broken = True
-            continue
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in children)
-    return deepest, broken
 
 
 def _check(value: Any, spec: Spec, path: str) -> str | None:
