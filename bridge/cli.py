@@ -300,12 +300,15 @@ def cmd_config(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Ad
     return 0
 
 
-def cmd_doctor(args: argparse.Namespace, settings: CoreSettings, _: dict[str, AdapterSpec]) -> int:
-    from .doctor import run_checks
+def cmd_doctor(
+    args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
+) -> int:
+    from .doctor import platform_checks, run_checks
     from .runner import default_command
 
     command, _reference = default_command(settings.runner.command)
     checks = run_checks(settings, command)
+    checks += asyncio.run(platform_checks(settings, specs))
     if args.json:
         _dump([{"ok": c.ok, "check": c.what, "fix": c.fix} for c in checks])
     else:

@@ -1,11 +1,14 @@
 """``jazz-bridge doctor``: every check on its own line, OK or FAIL with the fix.
 
 It only reads: modes and owners of the root, ``chats/`` and each home, accounts against the
-uid map, the operator group and its members, the runner, the configuration.
+uid map, the operator group and its members, the runner, the configuration. Platform checks
+(credentials valid, webhook registered) belong to the adapters: each enabled adapter's spec
+may carry a ``doctor`` coroutine, run here with a timeout, so the core never imports one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import grp
 import json
 import os
@@ -22,6 +25,10 @@ from provisioning.modes import CHATS_MODE, HOME_MODE, PERSONAS_MODE, PRIVATE_DIR
 from provisioning.sandbox import resolve_isolation
 
 from .config import CoreSettings
+from .logs import SecretMasker, secret_values
+from .ports import AdapterSpec, DoctorCheck
+
+PLATFORM_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -144,3 +151,50 @@ def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]
         except (OSError, subprocess.TimeoutExpired) as exc:
             checks.append(Check(False, "runner starts", f"{exc}; check runner.command"))
     return checks
+
+
+async def _platform(spec: AdapterSpec, section: object, timeout_s: float) -> list[Check]:
+    assert spec.doctor is not None
+    try:
+        found: list[DoctorCheck] = await asyncio.wait_for(spec.doctor(section), timeout_s)
+    except TimeoutError:
+        return [
+            Check(
+                False,
+                f"{spec.name} checks finished within {timeout_s:g}s",
+                f"check the network and {spec.section}.api_url",
+            )
+        ]
+    except Exception as exc:  # an adapter's check must not stop the others
+        return [
+            Check(
+                False,
+                f"{spec.name} checks ran ({type(exc).__name__}: {exc})",
+                f"check [{spec.section}] in the configuration",
+            )
+        ]
+    return [Check(c.ok, c.what, c.fix) for c in found]
+
+
+async def platform_checks(
+    settings: CoreSettings,
+    specs: dict[str, AdapterSpec],
+    timeout_s: float = PLATFORM_TIMEOUT_S,
+) -> list[Check]:
+    """Every enabled adapter's own checks, concurrently, each bounded by ``timeout_s``.
+
+    Whatever an adapter reports is passed through the log's secret masker: a token inside
+    an error message or a URL never reaches the output.
+    """
+    jobs = []
+    for section, spec in sorted(specs.items()):
+        section_settings = settings.section(section)
+        if spec.doctor is None or section_settings is None or not spec.enabled(section_settings):
+            continue
+        jobs.append(_platform(spec, section_settings, timeout_s))
+    masker = SecretMasker(secret_values(settings))
+    return [
+        Check(c.ok, masker.mask(c.what), masker.mask(c.fix))
+        for found in await asyncio.gather(*jobs)
+        for c in found
+    ]

@@ -11,7 +11,7 @@ point group, each an :class:`AdapterSpec`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -166,6 +166,15 @@ class AdapterContext:
 
 
 @dataclass(frozen=True)
+class DoctorCheck:
+    """One line of ``jazz-bridge doctor``: what was checked, and the fix when it failed."""
+
+    ok: bool
+    what: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
 class AdapterSpec:
     """How the core finds an adapter: declared as an entry point in ``jazz_bridge.adapters``."""
 
@@ -174,3 +183,6 @@ class AdapterSpec:
     settings_model: type[BaseModel]
     factory: Callable[[AdapterContext], Adapter]
     enabled: Callable[[Any], bool]  # given its settings section: is it switched on?
+    # ``jazz-bridge doctor``'s platform checks (credentials valid, webhook registered), given
+    # the adapter's settings section; called only when the adapter is enabled
+    doctor: Callable[[Any], Awaitable[list[DoctorCheck]]] | None = None

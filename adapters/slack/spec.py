@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from bridge.ports import Adapter, AdapterContext, AdapterSpec
+from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck
 
 # What the Slack app must subscribe to and be granted (deploy/slack/manifest*.yaml are
 # checked against these by a test): the events the adapter turns into messages, and one
@@ -56,6 +56,12 @@ def _factory(ctx: AdapterContext) -> Adapter:
     return SlackAdapter(ctx)
 
 
+async def _doctor(settings: Any) -> list[DoctorCheck]:
+    from .doctor import check
+
+    return await check(settings)
+
+
 def _enabled(settings: Any) -> bool:
     return bool(settings.enabled and settings.bot_token is not None)
 
@@ -66,4 +72,5 @@ SPEC = AdapterSpec(
     settings_model=SlackSettings,
     factory=_factory,
     enabled=_enabled,
+    doctor=_doctor,
 )

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from bridge.ports import Adapter, AdapterContext, AdapterSpec
+from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck
 
 
 class TelegramSettings(BaseModel):
@@ -49,6 +49,12 @@ def _factory(ctx: AdapterContext) -> Adapter:
     return TelegramAdapter(ctx)
 
 
+async def _doctor(settings: Any) -> list[DoctorCheck]:
+    from .doctor import check
+
+    return await check(settings)
+
+
 def _enabled(settings: Any) -> bool:
     return bool(settings.enabled and settings.token is not None)
 
@@ -59,4 +65,5 @@ SPEC = AdapterSpec(
     settings_model=TelegramSettings,
     factory=_factory,
     enabled=_enabled,
+    doctor=_doctor,
 )

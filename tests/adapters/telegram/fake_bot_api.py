@@ -99,6 +99,7 @@ class FakeBotApi:
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, data)
         self.downloads: list[str] = []  # file paths served
         self.hold_acks = False
+        self.webhook_url = ""  # what setWebhook registered (getWebhookInfo reports it)
         self.held: list[dict[str, Any]] = []  # getUpdates calls held (acks never received)
         self._release = asyncio.Event()
         self._new_updates = asyncio.Event()
@@ -331,11 +332,16 @@ class FakeBotApi:
             "supports_inline_queries": False,
         }
 
-    def _m_setWebhook(self, _params: dict[str, Any]) -> bool:
+    def _m_setWebhook(self, params: dict[str, Any]) -> bool:
+        self.webhook_url = str(params.get("url") or "")
         return True
 
     def _m_deleteWebhook(self, _params: dict[str, Any]) -> bool:
+        self.webhook_url = ""
         return True
+
+    def _m_getWebhookInfo(self, _params: dict[str, Any]) -> dict[str, Any]:
+        return {"url": self.webhook_url, "has_custom_certificate": False, "pending_update_count": 0}
 
     def _m_setMyCommands(self, _params: dict[str, Any]) -> bool:
         return True

@@ -1,0 +1,110 @@
+"""``jazz-bridge doctor`` asks the (fake) Slack Web API: ``auth.test`` proves the bot token,
+and in Socket Mode ``apps.connections.open`` proves the app token."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import remove_accounts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_slack_api import FakeSlackApi
+from gateway_harness import gateway_env
+
+from adapters.slack.doctor import APP_AUTH_FIX, BOT_AUTH_FIX, NETWORK_FIX, check
+from adapters.slack.spec import SlackSettings
+
+BOT_TOKEN = "xoxb-0000000000-doctor-token-for-the-fake"
+APP_TOKEN = "xapp-1-A0APP00001-doctor-app-token"
+SECRET = "0123456789abcdef0123456789abcdef"
+WRONG = "xoxb-0000000000-a-token-the-fake-refuses"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeSlackApi]:
+    api = FakeSlackApi(BOT_TOKEN, app_token=APP_TOKEN)
+    await api.start()
+    yield api
+    await api.stop()
+
+
+@pytest.fixture
+def env(
+    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeSlackApi
+) -> Iterator[dict[str, str]]:
+    yield gateway_env(
+        tmp_path / "root",
+        fake_dir,
+        uid_range,
+        JAZZ_BRIDGE_SLACK__BOT_TOKEN=BOT_TOKEN,
+        JAZZ_BRIDGE_SLACK__SIGNING_SECRET=SECRET,
+        JAZZ_BRIDGE_SLACK__API_URL=fake.api_url,
+        JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE="true",
+    )
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+async def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    # in a thread: the fake Slack API answers from this test's event loop
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bridge.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
+
+
+async def test_doctor_checks_the_bot_token_with_auth_test(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    init = await cli(env, "init")
+    assert init.returncode == 0, init.stderr
+    ok = await cli(env, "doctor")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    lines = ok.stdout.splitlines()
+    assert "OK   slack bot token valid (team Example T0TEAM0001, bot @jazz U0BOT00001)" in lines
+    assert "OK   slack signing secret set (HTTP mode)" in lines
+    assert len(fake.called("auth.test")) == 1
+
+    bad = await cli({**env, "JAZZ_BRIDGE_SLACK__BOT_TOKEN": WRONG}, "doctor")
+    assert bad.returncode == 1
+    assert (
+        f"FAIL slack bot token valid (auth.test: invalid_auth) -> {BOT_AUTH_FIX}"
+        in bad.stdout.splitlines()
+    )
+    assert [line for line in bad.stdout.splitlines() if line.startswith("FAIL")] == [
+        f"FAIL slack bot token valid (auth.test: invalid_auth) -> {BOT_AUTH_FIX}"
+    ]
+    assert WRONG not in bad.stdout + bad.stderr and SECRET not in bad.stdout + bad.stderr
+
+
+async def test_socket_mode_needs_a_valid_app_token(fake: FakeSlackApi) -> None:
+    base = {"bot_token": BOT_TOKEN, "api_url": fake.api_url, "mode": "socket"}
+    [bot, missing] = await check(SlackSettings.model_validate(base))
+    assert bot.ok and not missing.ok and missing.fix == APP_AUTH_FIX
+    [_, valid] = await check(SlackSettings.model_validate({**base, "app_token": APP_TOKEN}))
+    assert valid.ok and valid.what == "slack app token valid (socket mode)"
+    assert fake.called("apps.connections.open")
+    [_, refused] = await check(
+        SlackSettings.model_validate({**base, "app_token": "xapp-1-A0APP00001-wrong"})
+    )
+    assert not refused.ok and "apps.connections.open: invalid_auth" in refused.what
+
+
+async def test_an_unreachable_api_fails_with_the_fix(fake: FakeSlackApi) -> None:
+    fake.fail("auth.test", "drop")
+    [bot, _] = await check(
+        SlackSettings.model_validate(
+            {"bot_token": BOT_TOKEN, "api_url": fake.api_url, "signing_secret": SECRET}
+        )
+    )
+    assert not bot.ok and "unreachable" in bot.what and bot.fix == NETWORK_FIX

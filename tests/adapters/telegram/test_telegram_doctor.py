@@ -1,0 +1,119 @@
+"""``jazz-bridge doctor`` asks the (fake) Bot API: getMe proves the token, getWebhookInfo
+shows whether the webhook is where the configuration says (or absent, in polling mode)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import remove_accounts
+from tg_support import SECRET, TOKEN, FakeBotApi, running_gateway, telegram_env
+
+from adapters.telegram.doctor import AUTH_FIX, POLLING_FIX, WEBHOOK_FIX, check
+from adapters.telegram.spec import TelegramSettings
+
+HOOK = "https://bridge.example/telegram/webhook"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeBotApi]:
+    api = FakeBotApi(TOKEN)
+    await api.start()
+    yield api
+    await api.stop()
+
+
+@pytest.fixture
+def env(
+    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeBotApi
+) -> Iterator[dict[str, str]]:
+    yield telegram_env(tmp_path / "root", fake_dir, uid_range, fake)
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+async def doctor(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # in a thread: the fake Bot API answers from this test's event loop
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bridge.cli", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
+
+
+def settings(fake: FakeBotApi, **extra: object) -> TelegramSettings:
+    fields: dict[str, object] = {
+        "token": TOKEN,
+        "api_url": fake.api_url,
+        "webhook_url": HOOK,
+        "webhook_secret": SECRET,
+    }
+    fields.update(extra)
+    return TelegramSettings.model_validate(fields)
+
+
+async def test_webhook_mode_fails_until_the_gateway_registers_it(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    [me, hook, secret] = await check(settings(fake))
+    assert me.ok and "bot @jazz_example_bot" in me.what
+    assert not hook.ok and hook.what.endswith("(is: none)") and hook.fix == WEBHOOK_FIX
+    assert secret.ok
+
+    # the fix it names works: the gateway registers the webhook, then doctor passes
+    async with running_gateway(env):
+        pass
+    assert fake.webhook_url == HOOK
+    out = await doctor(env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"OK   telegram webhook registered at {HOOK}" in out.stdout.splitlines()
+    assert "OK   telegram token valid (bot @jazz_example_bot" in out.stdout
+    assert TOKEN not in out.stdout + out.stderr
+
+    fake.webhook_url = "https://elsewhere.example/hook"  # another deployment took it over
+    moved = await doctor(env)
+    assert moved.returncode == 1
+    assert (
+        f"FAIL telegram webhook registered at {HOOK} (is: https://elsewhere.example/hook)"
+        f" -> {WEBHOOK_FIX}" in moved.stdout.splitlines()
+    )
+
+
+async def test_a_refused_token_fails_with_the_fix(env: dict[str, str], fake: FakeBotApi) -> None:
+    [bad] = await check(settings(fake, token="123456:AAwrong-token-the-fake-refuses"))
+    assert not bad.ok and "getMe: refused" in bad.what and bad.fix == AUTH_FIX
+    wrong = "123456:AAwrong-token-the-fake-refuses"
+    init = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bridge.cli", "init"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+    assert init.returncode == 0, init.stderr
+    out = await doctor({**env, "JAZZ_BRIDGE_TELEGRAM__TOKEN": wrong})
+    assert out.returncode == 1
+    assert f"FAIL telegram token valid (getMe: refused) -> {AUTH_FIX}" in out.stdout.splitlines()
+    assert wrong not in out.stdout + out.stderr
+    assert not any(
+        line.startswith("FAIL") and "telegram" not in line for line in out.stdout.splitlines()
+    )
+
+
+async def test_polling_mode_fails_while_a_webhook_is_set(fake: FakeBotApi) -> None:
+    polling = settings(fake, mode="polling", webhook_url=None, webhook_secret=None)
+    fake.webhook_url = HOOK  # left behind by an earlier webhook deployment
+    [me, hook] = await check(polling)
+    assert me.ok
+    assert not hook.ok and f"(is: {HOOK};" in hook.what and hook.fix == POLLING_FIX
+    fake.webhook_url = ""
+    [_, clear] = await check(polling)
+    assert clear.ok and "(is: none;" in clear.what
