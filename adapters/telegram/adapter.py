@@ -141,6 +141,7 @@ class TelegramAdapter:
             self._poller = None
 
     async def shutdown(self) -> None:
+        await self._surface.close()  # its held edits need the bot's connection
         if self._initialized:
             self._initialized = False
             await self.application.shutdown()

@@ -2,9 +2,12 @@
 
 Flood control: at most about one message a second per chat (a lock and a timestamp per
 chat), ``RetryAfter`` honoured (the core retries after it), and after a 429 a bot-wide
-cooldown during which progress edits and typing are dropped; answers are never dropped,
-they are retried once the cooldown is over. A reply in several parts remembers the parts
-already sent, so a retry never sends one twice.
+cooldown during which typing is dropped and edits are held: only the newest edit of each
+message is kept (intermediate progress is replaced, never sent) and one tracked task sends
+it once the cooldown is over, so a bubble still ends on the run's summary (the Slack
+surface does the same for its 429s). Answers are never dropped, they are retried once the
+cooldown is over. A reply in several parts remembers the parts already sent, so a retry
+never sends one twice.
 
 Delivery is at least once, not exactly once: the Bot API has no way to look a sent message
 up, so this surface does not offer ``find_sent``. A ``sendMessage`` that Telegram carried
@@ -16,6 +19,7 @@ sent again: one extra copy per such event, never a lost answer (tests/faults mea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dtm
 import logging
 import time
@@ -107,6 +111,8 @@ class TelegramSurface:
         self._locks: dict[int, asyncio.Lock] = {}
         self._last_sent: dict[int, float] = {}
         self._partial: dict[str, dict[int, int]] = {}  # reply key -> part -> message id
+        self._held_edits: dict[tuple[int, int], Outgoing] = {}  # message -> newest held edit
+        self._flusher: asyncio.Task[None] | None = None
 
     # -- flood control ------------------------------------------------------------------------
 
@@ -141,6 +147,48 @@ class TelegramSurface:
             if lock is None or not lock.locked():
                 self._last_sent.pop(chat, None)
                 self._locks.pop(chat, None)
+
+    def _hold(self, key: tuple[int, int], message: Outgoing) -> None:
+        """Keep ``message`` as the newest edit of ``key``, sent once the cooldown is over."""
+        self._held_edits[key] = message
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_edits(), name="telegram-edits")
+
+    async def _flush_edits(self) -> None:
+        """Send the newest held edit of each message once the bot-wide cooldown is over."""
+        while self._held_edits:
+            wait = self.cooling_down()
+            if wait > 0:
+                await asyncio.sleep(wait)  # waiting out retry_after, not synchronisation
+                continue
+            key, message = next(iter(self._held_edits.items()))
+            try:
+                await self._edit(key, message, held=True)
+            except DeliveryError as exc:  # a 429 holds it again (in _edit); others drop it
+                if not exc.retry_after:
+                    self._drop_held(key, message, str(exc))
+            except Exception as exc:  # whatever it is, never loop on it
+                self._drop_held(key, message, repr(exc))
+
+    def _drop_held(self, key: tuple[int, int], message: Outgoing, why: str) -> None:
+        if self._held_edits.get(key) is message:
+            del self._held_edits[key]
+        log.info("telegram: held edit of message %s dropped: %s", key, why)
+
+    async def close(self) -> None:
+        """Give held edits a moment to go out (the cooldown may be over), then stop trying."""
+        if self._flusher is None:
+            return
+        if not self._flusher.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._flusher), timeout=1)
+        self._flusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._flusher
+        self._flusher = None
+        if self._held_edits:
+            log.info("telegram: %d held edits not sent at shutdown", len(self._held_edits))
+            self._held_edits.clear()
 
     def _map(self, exc: TelegramError) -> DeliveryError:
         if isinstance(exc, RetryAfter):
@@ -245,39 +293,60 @@ class TelegramSurface:
         return sent.message_id
 
     async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
-        if self.cooling_down() > 0:
-            return  # progress is dropped during the bot-wide cooldown
-        chat, message_id = parse_ref(ref)
-        await self.edit_message(chat, message_id, message)
+        await self.edit_message(*parse_ref(ref), message)
 
     async def edit_message(self, chat: int, message_id: int, message: Outgoing) -> None:
+        """Edit now, or during the bot-wide cooldown keep it as that message's newest edit
+        (sent once the cooldown is over). A 429 on the edit itself holds it too, and raises."""
+        if self.cooling_down() > 0:
+            self._hold((chat, message_id), message)
+            return
+        self._held_edits.pop((chat, message_id), None)  # this newer edit replaces a held one
+        await self._edit((chat, message_id), message)
+
+    async def _edit(self, key: tuple[int, int], message: Outgoing, *, held: bool = False) -> None:
+        chat, message_id = key
         part = convert.first_part(message.text)
         markup = keyboard(message.choices)
         async with self._paced(chat):
+            if held and self._held_edits.get(key) is not message:
+                return  # a newer edit replaced it (held) or already went out
             if self.cooling_down() > 0:
+                self._hold(key, message)
                 return
+            self._held_edits.pop(key, None)  # this edit replaces any held one
+            try:
+                await self._edit_call(chat, message_id, part, markup)
+            except DeliveryError as exc:
+                if exc.retry_after and key not in self._held_edits:
+                    self._hold(key, message)
+                raise
+
+    async def _edit_call(
+        self, chat: int, message_id: int, part: convert.Part, markup: InlineKeyboardMarkup | None
+    ) -> None:
+        try:
+            await self.bot.edit_message_text(
+                text=part.text,
+                chat_id=chat,
+                message_id=message_id,
+                entities=list(part.entities) or None,
+                reply_markup=markup,
+                link_preview_options=LinkPreviewOptions(is_disabled=True),
+            )
+        except BadRequest as exc:
+            if "not modified" in str(exc).lower():
+                return
+            if not (part.entities and _entity_error(exc)):
+                raise self._map(exc) from exc
             try:
                 await self.bot.edit_message_text(
-                    text=part.text,
-                    chat_id=chat,
-                    message_id=message_id,
-                    entities=list(part.entities) or None,
-                    reply_markup=markup,
-                    link_preview_options=LinkPreviewOptions(is_disabled=True),
+                    text=part.text, chat_id=chat, message_id=message_id, reply_markup=markup
                 )
-            except BadRequest as exc:
-                if "not modified" in str(exc).lower():
-                    return
-                if not (part.entities and _entity_error(exc)):
-                    raise self._map(exc) from exc
-                try:
-                    await self.bot.edit_message_text(
-                        text=part.text, chat_id=chat, message_id=message_id, reply_markup=markup
-                    )
-                except TelegramError as exc2:
-                    raise self._map(exc2) from exc2
-            except TelegramError as exc:
-                raise self._map(exc) from exc
+            except TelegramError as exc2:
+                raise self._map(exc2) from exc2
+        except TelegramError as exc:
+            raise self._map(exc) from exc
 
     async def remove_keyboard(self, chat: int, message_id: int) -> None:
         try:

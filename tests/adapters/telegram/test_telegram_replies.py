@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,42 @@ async def test_after_a_429_progress_is_dropped_and_answers_wait_for_the_cooldown
             "the status and the answer recorded as sent",
         )
         assert len(texts(fake, ADA, NOT_AN_AI)) == 1 and len(texts(fake, GRACE, "Idle")) == 1
+
+
+async def test_a_run_that_ends_during_a_cooldown_has_its_bubble_closed_after_it(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    cooldown = 8  # longer than the rest of the run: it ends while edits are held
+    fake.fail_next("editMessageText", "429", retry_after=cooldown)
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, update(730001350, private_chat(ADA), ADA, "!delay 5")) == 200
+        await wait_until(
+            lambda: any(c.status == 429 for c in fake.calls), 20, "a 429 on a progress edit"
+        )
+        (refused,) = [c for c in fake.calls if c.status == 429]
+        assert refused.method == "editMessageText" and refused.params.get("reply_markup")
+        bubble = refused.params["message_id"]
+
+        def bubble_edits() -> list[Call]:
+            return [c for c in fake.called("editMessageText") if c.params["message_id"] == bubble]
+
+        await wait_until(
+            lambda: sample(app, "jazz_bridge_runs_total", outcome="ok") == 1, 20, "the run"
+        )
+        assert time.monotonic() < refused.at + cooldown, "the run outlived the cooldown"
+        await wait_until(
+            lambda: any(c.params["text"].startswith("✓") for c in bubble_edits()),
+            cooldown + 10,
+            "the bubble closed with the summary",
+        )
+        (answer,) = await wait_sent(fake, ADA, NOT_AN_AI)
+        # nothing at all during the cooldown; after it, only the newest edit: the summary
+        window = (refused.at, refused.at + cooldown - 0.1)
+        during = [c for c in fake.calls if window[0] < c.at < window[1]]
+        assert not during, [(c.method, c.at - refused.at) for c in during]
+        (closing,) = [c for c in bubble_edits() if c.at > refused.at]
+        assert closing.params["text"].startswith("✓") and "reply_markup" not in closing.params
+        assert answer.at >= window[1]
 
 
 async def test_a_429_in_the_middle_of_a_long_answer_sends_nothing_twice(

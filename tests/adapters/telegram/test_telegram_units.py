@@ -13,6 +13,7 @@ from telegram import Bot, Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_bot_api import Failure, FakeBotApi
+from tg_support import wait_until
 
 from adapters.telegram import convert
 from adapters.telegram.surface import TelegramSurface, keyboard
@@ -125,9 +126,11 @@ async def surface() -> AsyncIterator[tuple[TelegramSurface, FakeBotApi]]:
     await fake.start()
     bot = Bot(TOKEN, base_url=fake.api_url, base_file_url=f"http://127.0.0.1:{fake.port}/file/bot")
     await bot.initialize()
+    s = TelegramSurface(bot, min_interval_s=0.3)
     try:
-        yield TelegramSurface(bot, min_interval_s=0.3), fake
+        yield s, fake
     finally:
+        await s.close()
         await bot.shutdown()
         await fake.stop()
 
@@ -145,7 +148,7 @@ async def test_about_one_message_a_second_per_chat(
     assert len(at) == 3 and at[1] - at[0] >= 0.28 and at[2] - at[1] >= 0.28
 
 
-async def test_after_a_429_edits_are_dropped_and_answers_wait(
+async def test_after_a_429_edits_are_held_and_answers_wait(
     surface: tuple[TelegramSurface, FakeBotApi],
 ) -> None:
     s, fake = surface
@@ -155,6 +158,7 @@ async def test_after_a_429_edits_are_dropped_and_answers_wait(
         await s.send(TARGET, Outgoing(ReplyKind.ANSWER, "answer"), reply_key="answer:1")
     assert err.value.retry_after == 1 and not err.value.permanent
     await s.edit(TARGET, ref, Outgoing(ReplyKind.NOTICE, "still working"))
+    await s.edit(TARGET, ref, Outgoing(ReplyKind.NOTICE, "done"))
     await s.typing(TARGET)
     assert not fake.called("editMessageText") and not fake.called("sendChatAction")
     with pytest.raises(DeliveryError) as again:  # still cooling down: retried later, not lost
@@ -163,6 +167,50 @@ async def test_after_a_429_edits_are_dropped_and_answers_wait(
     s.cooldown_until = time.monotonic()  # the cooldown is over
     await s.send(TARGET, Outgoing(ReplyKind.ANSWER, "answer"), reply_key="answer:1")
     assert [c.params["text"] for c in fake.called("sendMessage")] == ["working", "answer"]
+    # the newest held edit goes out once, the one it replaced never
+    await wait_until(lambda: bool(fake.called("editMessageText")), 10, "the held edit")
+    await wait_until(lambda: s._flusher is not None and s._flusher.done(), 10, "the flusher")
+    assert [c.params["text"] for c in fake.called("editMessageText")] == ["done"]
+
+
+async def test_a_429_on_an_edit_holds_the_newest_edit_until_the_cooldown_is_over(
+    surface: tuple[TelegramSurface, FakeBotApi],
+) -> None:
+    s, fake = surface
+    ref = await s.send(TARGET, Outgoing(ReplyKind.NOTICE, "working"), reply_key="progress:2")
+    other = await s.send(TARGET, Outgoing(ReplyKind.NOTICE, "other"), reply_key="progress:3")
+    fake.fail_next("editMessageText", "429", retry_after=1)
+    stop = (Choice("stop-token", "Stop"),)
+    with pytest.raises(DeliveryError) as err:
+        await s.edit(TARGET, ref, Outgoing(ReplyKind.NOTICE, "working 2s", choices=stop))
+    assert err.value.retry_after == 1
+    assert s.cooling_down() > 0  # the 429 on the edit started the bot-wide cooldown
+    (refused,) = fake.called("editMessageText", ok=False)
+    assert refused.status == 429 and not fake.called("editMessageText")
+    await s.edit(TARGET, ref, Outgoing(ReplyKind.NOTICE, "working 4s", choices=stop))
+    await s.edit(TARGET, ref, Outgoing(ReplyKind.NOTICE, "✓ done"))  # the run's summary
+    await s.edit(TARGET, other, Outgoing(ReplyKind.NOTICE, "other 1"))
+    held_until = s.cooldown_until
+
+    def edits() -> list[tuple[int, str]]:
+        return [
+            (int(c.params["message_id"]), c.params["text"]) for c in fake.called("editMessageText")
+        ]
+
+    await wait_until(lambda: len(edits()) == 2, 10, "the held edits")
+    _, bubble = ref.split(":")
+    _, second = other.split(":")
+    assert sorted(edits()) == sorted([(int(bubble), "✓ done"), (int(second), "other 1")])
+    sent = fake.called("editMessageText")
+    assert all("reply_markup" not in c.params for c in sent)  # no Stop button left
+    assert all(c.at >= refused.at + 0.9 for c in sent)  # waited out retry_after
+    assert time.monotonic() >= held_until
+    # after the cooldown an edit goes out at once, and replaces a held one for its message
+    await s.edit(TARGET, ref, Outgoing(ReplyKind.NOTICE, "✓ done, again"))
+    assert edits()[-1] == (int(bubble), "✓ done, again")
+    assert s._flusher is not None
+    await s._flusher
+    assert len(edits()) == 3 and not s._held_edits
 
 
 async def test_a_split_reply_never_sends_a_part_twice_on_retry(
