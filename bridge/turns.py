@@ -396,7 +396,9 @@ class Engine:
                 return PressResult(
                     PressStatus.NOT_YOURS, "Only the person who started this run can stop it."
                 )
-            await self._stop_run(stop_run, actor_id)
+            requester = stop_run.message
+            by = requester.sender_name if actor_id == requester.sender_id else None
+            await self._stop_run(stop_run, by or actor_id)  # the name /stop would show
             return PressResult(PressStatus.OK, "Stopping…")
         record = await self.store.get_prompt(prompt_token)
         slot = self._slots.get(record.conversation_id) if record else None

@@ -490,7 +490,7 @@ async def test_stop_button_on_the_progress_bubble(env: dict[str, str], fake: Fak
         assert refused.params["show_alert"] is True and "Only" in refused.params["text"]
         assert sample(app, "jazz_bridge_runs_total", outcome="interrupted") == 0
         assert await post(app.port, press(730000702, ADA, chat, stop["callback_data"])) == 200
-        await wait_sent(fake, ADA, "Stopped by")
+        await wait_sent(fake, ADA, "Stopped by Ada.")  # the name /stop shows, not the raw id
         assert fake.called("answerCallbackQuery")[-1].params.get("show_alert") in (False, None)
         assert len(fake.called("answerCallbackQuery")) == 2
         await wait_until(

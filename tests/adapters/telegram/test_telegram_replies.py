@@ -136,7 +136,7 @@ async def test_commands_start_new_stop_also_as_cmd_at_botname(
             "this run's progress bubble",
         )
         assert await post(app.port, update(730001107, chat, ADA, f"/stop@{BOT_NAME}")) == 200
-        await wait_sent(fake, ADA, "Stopped by")
+        await wait_sent(fake, ADA, "Stopped by Ada.")
         await wait_sent(fake, ADA, "⏹️ Stopped.")
         await wait_until(
             lambda: sample(app, "jazz_bridge_runs_total", outcome="interrupted") == 1,
