@@ -109,7 +109,8 @@ def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]
                 Check(
                     exists,
                     f"account {acct} of {name} exists with uid {uid}",
-                    "restart the gateway (it recreates lost accounts)",
+                    "run jazz-bridge repair (or restart the gateway): it recreates accounts "
+                    "lost from /etc/passwd",
                 )
             )
             good = mode == HOME_MODE and st.st_uid == uid and st.st_gid == gid

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import pwd
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,10 +15,13 @@ import pytest
 from conftest import remove_accounts
 from gateway_harness import gateway_env, running_gateway
 
-from bridge.model import Inbound
-from bridge.operators import key_from_link, parse_since
-from bridge.store import SqliteStore
+from bridge.model import Inbound, InboxState
+from bridge.operators import LIST_COLUMNS, key_from_link, parse_since
+from bridge.store import RunOutcome, SqliteStore
 from provisioning import naming
+
+SLACK_KEY = "slack:T0TEAM0001:C0CHAN0001:1764669600.000100"
+TELEGRAM_KEY = "telegram:-1009876543210:42"
 
 
 @pytest.fixture
@@ -59,26 +64,81 @@ async def test_list_and_show(env: dict[str, str]) -> None:
     db = Path(env["JAZZ_BRIDGE_ROOT"]) / "state" / "bridge.db"
     store = SqliteStore(db)
     await store.open()
-    for key in ("slack:T0TEAM0001:C0CHAN0001:1764669600.000100", "telegram:-1009876543210:42"):
-        await store.accept(
-            Inbound(
-                platform=key.split(":")[0], event_id=key, thread_key=key, sender_id="u", text="x"
-            ),
-            home=naming.home_name(key),
-            is_command=False,
-        )
+    failed = "runner exited 1"
+    runs = {  # each thread's finished runs: ok, cost known, cost
+        SLACK_KEY: [(True, True, 0.0125), (False, True, 0.002), (True, True, 0.0)],
+        TELEGRAM_KEY: [(True, False, 0.0), (False, False, 0.0)],
+    }
+    for key, outcomes in runs.items():
+        for n, (ok, known, cost) in enumerate(outcomes):
+            message, _ = await store.accept(
+                Inbound(
+                    platform=key.split(":")[0],
+                    event_id=f"{key}#{n}",
+                    thread_key=key,
+                    sender_id="u",
+                    text="x",
+                ),
+                home=naming.home_name(key),
+                is_command=False,
+            )
+            run = await store.begin_run(message.id, "u")
+            assert run is not None
+            await store.finish_run(
+                run.id,
+                RunOutcome(
+                    ok=ok,
+                    exit_code=0 if ok else 1,
+                    envelope_code=None,
+                    error=None if ok else failed,
+                    cost_usd=cost,
+                    cost_known=known,
+                ),
+                InboxState.DONE if ok else InboxState.FAILED,
+                [],
+            )
     await store.close()
     out = cli(env, "homes", "list", "--json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
-    assert {r["threadKey"] for r in rows} == {
-        "web:ops",
-        "slack:T0TEAM0001:C0CHAN0001:1764669600.000100",
-        "telegram:-1009876543210:42",
+    assert {r["threadKey"] for r in rows} == {"web:ops", SLACK_KEY, TELEGRAM_KEY}
+    by_key = {r["threadKey"]: r for r in rows}
+    wanted = {  # runs, failures, known cost, unpriced runs
+        "web:ops": (1, 0, 0.0, 1),
+        SLACK_KEY: (3, 1, 0.0145, 0),
+        TELEGRAM_KEY: (2, 1, 0.0, 2),
     }
-    web = next(r for r in rows if r["threadKey"] == "web:ops")
-    assert web["runs"] == 1 and web["failures"] == 0 and web["unpricedRuns"] == 1
+    for key, (count, failures, cost, unpriced) in wanted.items():
+        row = by_key[key]
+        assert (row["runs"], row["failures"], row["unpricedRuns"]) == (count, failures, unpriced)
+        assert row["costUSD"] == pytest.approx(cost)
+        assert row["platform"] == key.split(":")[0] and row["archived"] is False
+    web = by_key["web:ops"]
     assert web["sizeBytes"] > 0
+
+    # the table shows the same columns and values
+    table = cli(env, "homes", "list")
+    assert table.returncode == 0, table.stderr
+    header, *lines = table.stdout.splitlines()
+    assert header.split() == list(LIST_COLUMNS)
+    starts = []
+    for col in LIST_COLUMNS:
+        starts.append(header.index(col, starts[-1] + 1 if starts else 0))
+    cells = [
+        {
+            col: line[start : (starts[i + 1] if i + 1 < len(starts) else None)].strip()
+            for i, (col, start) in enumerate(zip(LIST_COLUMNS, starts, strict=True))
+        }
+        for line in lines
+    ]
+    assert {c["threadKey"] for c in cells} == set(wanted)
+    for c in cells:
+        row = by_key[c["threadKey"]]
+        for col in LIST_COLUMNS:
+            assert c[col] == str(row[col]), (col, c, row)
+    shown = json.loads(cli(env, "homes", "show", SLACK_KEY, "--json").stdout)
+    assert sorted(r["outcome"] for r in shown["recentRuns"]) == ["failed", "ok", "ok"]
+    assert failed in json.dumps(shown["recentRuns"])
     only = json.loads(cli(env, "homes", "list", "--platform", "slack", "--json").stdout)
     assert [r["platform"] for r in only] == ["slack"]
     for ref in ("web:ops", web["home"]):
@@ -109,6 +169,47 @@ async def test_doctor_passes_on_a_healthy_root_and_names_the_fix(env: dict[str, 
     assert bad.returncode == 1
     failed = [c for c in json.loads(bad.stdout) if not c["ok"]]
     assert failed and "chats" in failed[0]["check"] and "repair" in failed[0]["fix"]
+
+
+async def test_doctor_names_a_broken_home_a_lost_account_and_a_wrong_group(
+    env: dict[str, str],
+) -> None:
+    async with running_gateway(env) as (_, client):
+        for thread in ("open", "lost", "group"):
+            await client.post(thread, "hello")
+            await client.wait_role(thread, "assistant")
+    root = Path(env["JAZZ_BRIDGE_ROOT"])
+    accounts = json.loads((root / "state" / "accounts.json").read_text())["accounts"]
+    opened, lost, regrouped = (naming.home_name(f"web:{t}") for t in ("open", "lost", "group"))
+    os.chmod(root / "chats" / opened, 0o777)
+    lost_account = accounts[lost]["name"]
+    subprocess.run(["userdel", lost_account], check=True, capture_output=True)
+    other = grp.getgrnam("nogroup").gr_gid
+    assert other != os.lstat(root).st_gid
+    os.chown(root / "chats" / regrouped, -1, other)
+
+    out = cli(env, "doctor")
+    assert out.returncode == 1
+    failed = [line for line in out.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 3, out.stdout
+    [home_open] = [line for line in failed if opened in line]
+    assert " 0777 " in home_open and home_open.endswith("-> run jazz-bridge repair")
+    [account] = [line for line in failed if lost_account in line]
+    assert f"account {lost_account} of {lost} exists" in account
+    assert "jazz-bridge repair" in account.split(" -> ")[1]
+    [group] = [line for line in failed if regrouped in line]
+    assert f":{other} " in group and group.endswith("-> run jazz-bridge repair")
+    as_json = json.loads(cli(env, "doctor", "--json").stdout)
+    assert sorted(c["check"] for c in as_json if not c["ok"]) == sorted(
+        line.removeprefix("FAIL ").split(" -> ")[0] for line in failed
+    )
+
+    # the fixes it names work
+    repaired = cli(env, "repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    healthy = cli(env, "doctor")
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert pwd.getpwnam(lost_account).pw_uid == accounts[lost]["uid"]
 
 
 def _tree(home: Path) -> dict[str, tuple[int, int, int]]:
