@@ -8,9 +8,12 @@ the same client the adapter uses, at ``slack.api_url``. No secret goes into a li
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bridge.ports import DoctorCheck
 
@@ -30,16 +33,16 @@ NETWORK_FIX = "check the network (a proxy?) and slack.api_url"
 
 
 async def _call(
-    client: AsyncWebClient, method: str, fix: str
+    call: Awaitable[AsyncSlackResponse], base_url: str, fix: str
 ) -> tuple[dict[str, object] | None, str, str]:
     """The method's answer, or None, why it failed (Slack's error code or the network's) and
     the fix (the token's when Slack refused it, the network's when Slack was not reached)."""
     try:
-        resp = await client.api_call(method)
+        resp = await call
     except SlackApiError as exc:
         return None, str(exc.response.get("error") or exc.response.status_code), fix
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        return None, f"{client.base_url} unreachable: {type(exc).__name__}", NETWORK_FIX
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        return None, f"{base_url} unreachable: {type(exc).__name__}", NETWORK_FIX
     return dict(resp.data) if isinstance(resp.data, dict) else {}, "", ""
 
 
@@ -53,7 +56,7 @@ async def check(settings: SlackSettings) -> list[DoctorCheck]:
         timeout=settings.api_timeout_s,
         retry_handlers=[],
     )
-    data, error, fix = await _call(client, "auth.test", BOT_AUTH_FIX)
+    data, error, fix = await _call(client.auth_test(), settings.api_url, BOT_AUTH_FIX)
     if data is None:
         checks.append(DoctorCheck(False, f"slack bot token valid (auth.test: {error})", fix))
     else:
@@ -75,13 +78,13 @@ async def check(settings: SlackSettings) -> list[DoctorCheck]:
     elif settings.app_token is None:
         checks.append(DoctorCheck(False, "slack app token set (socket mode)", APP_AUTH_FIX))
     else:
-        app = AsyncWebClient(
-            token=settings.app_token.get_secret_value(),
-            base_url=settings.api_url,
-            timeout=settings.api_timeout_s,
-            retry_handlers=[],
+        # the app-level token (its own connections:write scope, no bot scope): a separate
+        # client, as the Socket Mode client uses
+        app_client = AsyncWebClient(
+            base_url=settings.api_url, timeout=settings.api_timeout_s, retry_handlers=[]
         )
-        data, error, fix = await _call(app, "apps.connections.open", APP_AUTH_FIX)
+        opened = app_client.apps_connections_open(app_token=settings.app_token.get_secret_value())
+        data, error, fix = await _call(opened, settings.api_url, APP_AUTH_FIX)
         checks.append(
             DoctorCheck(
                 data is not None,
