@@ -1,11 +1,13 @@
 """Scale: ``jazz-bridge serve`` starting on a root with 10,000 provisioned conversations.
 
 Baseline: the same command starting on an empty root. Measured: time from exec to
-``/readyz`` answering 200 (which includes the start-up repair over every home and the
-store's recovery scan), and the process's RSS once ready. Conversations are provisioned
-in process through the gateway's own code: ``Homes.ensure`` makes each home (the files a
-conversation starts with) and ``Store.accept`` + ``complete_message`` its store rows (a
-conversation, one finished message). Homes are made WITHOUT Unix accounts
+``/readyz`` answering 200 (which includes the start-up repair, shallow: each home's own
+owner and mode from one listing, the walk of its contents waits for the conversation's
+first run; and the store's recovery scan), and the process's RSS once ready.
+Conversations are provisioned in process through the gateway's own code: ``Homes.ensure``
+makes each home (the files a conversation starts with, walked once, so with its repair
+marker) and ``Store.accept`` + ``complete_message`` its store rows (a conversation, one
+finished message). Homes are made WITHOUT Unix accounts
 (``isolation = off``): 10,000 ``useradd`` plus as many ``userdel`` would take most of an
 hour here and leave /etc/passwd churned; the table says so. Each start is measured
 ``--starts`` times (the best and the worst are shown); the web adapter is the only one on.
@@ -181,7 +183,8 @@ def main() -> int:
             span(s_s, "s"),
             f"x{s_s[0] / min(b_s):.1f} (1st) / x{min(s_s) / min(b_s):.1f} (best) of the empty "
             f"root's best (aim < {AIM_START_S:.0f} s: "
-            f"{'met' if max(s_s) < AIM_START_S else 'MISSED'}); includes the start-up repair",
+            f"{'met' if max(s_s) < AIM_START_S else 'MISSED'}); includes the shallow start-up "
+            "repair",
         ),
         (
             f"{homes:,} conversations: RSS when ready",

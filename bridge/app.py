@@ -47,7 +47,13 @@ class Provisioned:
 
 
 def provision(settings: CoreSettings, *, repair_homes: bool = True) -> Provisioned:
-    """Create/repair the root, recreate lost accounts, repair homes. Blocking."""
+    """Create/repair the root, recreate lost accounts, repair homes. Blocking.
+
+    The start-up repair is the shallow entrypoint repair (root, top level, each home's own
+    owner and mode); each home's deep walk runs when ``Homes.ensure`` first provisions
+    that conversation in this process, before its next run (``jazz-bridge repair --deep``
+    walks them all at once).
+    """
     isolated = resolve_isolation(settings.isolation)
     blocked = untraversable_ancestor(settings.root) if isolated else None
     if blocked is not None:
@@ -87,7 +93,7 @@ def provision(settings: CoreSettings, *, repair_homes: bool = True) -> Provision
             reason,
         )
     if repair_homes:
-        report = repair(root, isolated=isolated, registry=registry, deep=True)
+        report = repair(root, isolated=isolated, registry=registry)
         if not report.ok:
             log.warning("start-up repair had failures: %s", report.as_dict())
     homes = Homes(root, isolated=isolated, registry=registry)

@@ -6,6 +6,11 @@ A home is created with exact modes and owners (DESIGN.md "On disk"): isolated, i
 mode everything is the gateway's, ``0700``/``0600``, without setgid. Every step works on
 pinned directory descriptors, so a conversation that swaps entries for links can't make
 the gateway touch anything outside its home.
+
+The first ``ensure`` of a home in a process also applies the home repair (the deep walk of
+:mod:`provisioning.walk`, honouring its marker): the gateway's start only does the shallow
+entrypoint repair, so whatever a conversation loosened or planted while the gateway was
+down is dealt with here, before that conversation's next run.
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ import errno
 import logging
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import archive, naming, pinned
 from .accounts import Account, AccountRegistry, current_account
-from .errors import UnsafePathError
+from .errors import ProvisioningError, UnsafePathError
 from .layout import RootInfo
 from .modes import (
     CONFIG_FILE,
@@ -33,6 +39,7 @@ from .modes import (
     PRIVATE_DIR_MODE,
     PRIVATE_FILE_MODE,
 )
+from .walk import repair_home_tree
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +81,8 @@ class Homes:
         self.root = root
         self.isolated = isolated
         self.registry = registry
+        self._walked: set[str] = set()  # homes whose deep walk ran in this process
+        self._walked_lock = threading.Lock()
 
     def path_for(self, thread_key: str) -> Path:
         return self.root.layout.home(naming.home_name(thread_key))
@@ -96,10 +105,40 @@ class Homes:
         )
         # An archived home comes back before anything is built (archive.py); building holds
         # the archive lock shared, so a home is never packed away half-built.
-        archive.restore_if_archived(self.root, name)
+        restored = archive.restore_if_archived(self.root, name)
         with archive.home_lock(self.root, exclusive=False):
             self._build(home)
+            self._walk_once(home, again=restored)
         return home
+
+    def _walk_once(self, home: Home, *, again: bool) -> None:
+        """The home repair, once per home per process (again after a restore). Blocking.
+
+        Failures are logged, not raised: the run goes ahead as it did after a start-up walk
+        with failures, and the walk is tried again at the next ``ensure``.
+        """
+        with self._walked_lock:
+            if home.name in self._walked and not again:
+                return
+        try:
+            report = repair_home_tree(
+                home.path, setgid_home=home.isolated, owner_uid=home.account.uid
+            )
+        except (OSError, ProvisioningError) as exc:
+            log.warning("home repair of %s did not run: %s", home.path, exc)
+            return
+        if report.failed:
+            log.warning(
+                "home repair of %s had %d failure(s): %s",
+                home.path,
+                report.failed,
+                "; ".join(report.errors[:5]),
+            )
+            return
+        if report.changed:
+            log.info("home repair of %s changed %d entries", home.path, report.changed)
+        with self._walked_lock:
+            self._walked.add(home.name)
 
     def present(self, home: Home) -> bool:
         """Whether ``home``'s directory is still there (not archived since). Blocking.

@@ -4,7 +4,9 @@ Whatever happened since the last start (an operator's ``chmod``, a restore from 
 conversation loosening its own files) the root goes back to the table in DESIGN.md: the
 root and ``chats/`` ``2751``, personas ``0755``, "other" bits off everything else at the
 top, each home ``2750 conv:O`` (``0700`` single-account). The deep walk is
-:mod:`provisioning.walk`.
+:mod:`provisioning.walk`; ``jazz-bridge repair --deep`` walks every home, while the gateway
+starts with the shallow repair only and walks each home when it first provisions that
+conversation (``Homes.ensure``), so a start does not read 10,000 homes.
 """
 
 from __future__ import annotations
@@ -90,13 +92,14 @@ def repair(
             else:
                 uid, gid, mode = owner_uid, None, PRIVATE_DIR_MODE
             report.homes += 1
-            try:
-                with pinned.opened_dir(entry.name, chats_fd) as home_fd:
-                    if pinned.set_owner_and_mode(home_fd, mode, uid, gid):
-                        report.top.changed += 1
-            except (OSError, ProvisioningError) as exc:
-                _fail(report.top, f"{root.layout.chats / entry.name}: {exc}")
-                continue
+            if not _already(st, mode, uid, gid):  # most homes: nothing to open at start
+                try:
+                    with pinned.opened_dir(entry.name, chats_fd) as home_fd:
+                        if pinned.set_owner_and_mode(home_fd, mode, uid, gid):
+                            report.top.changed += 1
+                except (OSError, ProvisioningError) as exc:
+                    _fail(report.top, f"{root.layout.chats / entry.name}: {exc}")
+                    continue
             if deep:
                 try:
                     walked = repair_home_tree(
@@ -110,6 +113,13 @@ def repair(
                     continue
                 report.deep.merge(walked)
     return report
+
+
+def _already(st: os.stat_result, mode: int, uid: int, gid: int | None) -> bool:
+    """Whether the listing's ``lstat`` of a home already matches the table."""
+    return (
+        st.st_uid == uid and (gid is None or st.st_gid == gid) and stat.S_IMODE(st.st_mode) == mode
+    )
 
 
 def _strip_top_level(root: RootInfo, report: WalkReport) -> None:

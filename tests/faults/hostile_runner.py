@@ -10,6 +10,8 @@ It speaks the runner contract and acts on the prompt's first word:
            link to a file it does not own, a link named like the repair marker, a
            world-readable file of its own, and opens its own home to everyone; reports the
            facts in $FAKE_DIR/report-<pid>.json
+  probe    answers ``probe: {json}``: the mode of its ``mine-open.txt`` and what its
+           repair marker is, as this run finds them (what was repaired before the run)
   (other)  answers normally
 
 It only reports; the test judges.
@@ -18,6 +20,7 @@ It only reports; the test judges.
 import errno
 import json
 import os
+import stat
 import sys
 import time
 
@@ -75,6 +78,15 @@ def try_do(fn, *args) -> str:  # type: ignore[no-untyped-def]
     return "ok"
 
 
+def link_over(target: str, path: str) -> None:
+    """Replace whatever is at ``path`` (the gateway's repair marker) by a link."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    os.symlink(target, path)
+
+
 def foreign_environs() -> dict[str, str]:
     """Every other account's process whose environment this process could read."""
     me = os.getuid()
@@ -122,7 +134,7 @@ def attack(home: str) -> dict[str, object]:
         "link_b_secret": try_do(os.symlink, t["b_secret"], os.path.join(home, "to-b-secret")),
         "fifo": try_do(os.mkfifo, os.path.join(home, "pipe"), 0o666),
         "hard_root_file": try_do(os.link, t["root_file"], os.path.join(home, "hard-root")),
-        "marker_link": try_do(os.symlink, t["decoy"], os.path.join(home, MARKER)),
+        "marker_link": try_do(link_over, t["decoy"], os.path.join(home, MARKER)),
         "open_file": try_write(os.path.join(home, "mine-open.txt")),
     }
     plants["open_file_chmod"] = try_do(os.chmod, os.path.join(home, "mine-open.txt"), 0o666)
@@ -159,6 +171,18 @@ def main() -> int:
             json.dump({"t": time.time(), **report}, fh)
         os.replace(path + ".tmp", path)
         envelope("attack done")
+        return 0
+    if words[:1] == ["probe"]:
+        mine = os.lstat(os.path.join(home, "mine-open.txt"))
+        marker = os.lstat(os.path.join(home, MARKER))
+        kind = (
+            "file"
+            if stat.S_ISREG(marker.st_mode)
+            else "link"
+            if stat.S_ISLNK(marker.st_mode)
+            else "other"
+        )
+        envelope("probe: " + json.dumps({"mine_open": stat.S_IMODE(mine.st_mode), "marker": kind}))
         return 0
     envelope(f"ok: {prompt}")
     return 0

@@ -5,8 +5,9 @@ environment and a config file holding another. Conversation B's runner writes a 
 into its home; conversation A's runner (``hostile_runner.py``) tries to read B's home, the
 gateway's state, config and environment, and plants links, a FIFO, hard links and a link
 named like the repair marker in its own home. It reports what it could do; the test
-asserts on those facts, then runs ``jazz-bridge repair --deep`` and the gateway's start-up
-repair over the plants: nothing is followed, nothing hangs, no other file's mode changes.
+asserts on those facts, then runs ``jazz-bridge repair --deep``, and then a restart of the
+gateway (its start-up repair, then the home repair when it first provisions A, before A's
+next run) over the plants: nothing is followed, nothing hangs, no other file's mode changes.
 """
 
 from __future__ import annotations
@@ -213,16 +214,25 @@ async def test_a_hostile_conversation_reads_nothing_and_its_plants_stay_harmless
     check_plants_harmless(w, before, a_uid)
     assert w["b_home"].stat().st_mode == b_home_mode
 
-    # 2. the same plants again, then the gateway's start-up repair
+    # 2. the same plants again, then a restart: the start-up repair closes the home at once,
+    # the home repair (the walk) runs when the gateway first provisions A, before its run
     (a_home / MARKER).unlink()
     os.symlink(w["decoy"], a_home / MARKER)
     os.lchown(a_home / MARKER, a_uid, a_uid)
     os.chmod(a_home / "mine-open.txt", 0o666)
     os.chmod(a_home, 0o777)
     async with serve(env, w["tmp"]) as (_, client):
+        st = a_home.lstat()
+        assert stat.S_IMODE(st.st_mode) == 0o2750 and st.st_uid == a_uid, oct(st.st_mode)
+        await client.post("a", "probe")
+        seen = (await client.wait_role("a", "assistant", count=2))[-1]["text"]
+        assert seen.startswith("probe: "), seen
+        # as A's run found its home: its own file closed, the marker link replaced
+        found = json.loads(seen.removeprefix("probe: ").splitlines()[0])  # footer lines after
+        assert found == {"mine_open": 0o660, "marker": "file"}, seen
         check_plants_harmless(w, before, a_uid)
         await client.post("a", "hello again")
         await client.post("b", "hello again")
-        for thread in ("a", "b"):
-            answers = await client.wait_role(thread, "assistant", count=2)
+        for thread, count in (("a", 3), ("b", 2)):
+            answers = await client.wait_role(thread, "assistant", count=count)
             assert answers[-1]["text"].startswith("ok: hello again")

@@ -227,3 +227,43 @@ def test_repair_cli_json(tmp_path: Path) -> None:
     data = json.loads(out.stdout)
     assert data["homes"] == 1
     assert {"checked", "changed", "skipped", "failed"} <= set(data)
+
+
+def test_start_repair_is_shallow_and_the_first_ensure_walks(tmp_path: Path) -> None:
+    """A restart: the start-up repair fixes the home itself, the first ensure its contents."""
+    info = init_root(tmp_path / "r")
+    home = Homes(info, isolated=False).ensure("web:planted")
+    marker = home.path / ".permissions-repaired"
+    assert marker.is_file()  # a new home is walked when first provisioned
+    # while the gateway is down the conversation opens its home and drops its marker
+    marker.unlink()
+    os.chmod(home.path, 0o777)
+    planted = make(home.path / "workspace" / "open.txt", 0o666)
+    # the next start: shallow, so the home is private again but nothing inside is read
+    report = repair(info, isolated=False)
+    assert report.ok, report.as_dict()
+    assert report.homes == 1 and report.deep.checked == 0
+    assert mode(home.path) == 0o700
+    assert mode(planted) == 0o666 and not marker.exists()
+    # the first ensure in the new process (a new Homes): walked before the conversation runs
+    homes = Homes(info, isolated=False)
+    again = homes.ensure("web:planted")
+    assert again.path == home.path
+    assert mode(planted) == 0o600 and marker.is_file()
+    # once per conversation per process: a later plant waits for the next process
+    os.chmod(planted, 0o666)
+    marker.unlink()
+    homes.ensure("web:planted")
+    assert mode(planted) == 0o666
+    Homes(info, isolated=False).ensure("web:planted")
+    assert mode(planted) == 0o600
+
+
+def test_repair_deep_still_walks_every_home(tmp_path: Path) -> None:
+    info = init_root(tmp_path / "r")
+    homes = Homes(info, isolated=False)
+    paths = [homes.ensure(f"web:deep-{i}").path for i in range(3)]
+    planted = [make(p / "workspace" / "open.txt", 0o644) for p in paths]
+    report = repair(info, isolated=False, deep=True, force=True)
+    assert report.ok and report.homes == 3 and report.deep.checked > 0, report.as_dict()
+    assert all(mode(p) == 0o600 for p in planted)
