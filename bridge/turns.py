@@ -51,7 +51,15 @@ from .reporter import ProgressReporter
 from .runner import RunHandle, RunnerBackend, RunRequest, RunResult
 from .runner.base import PROMPT_EVENTS
 from .runner.procs import kill_all
-from .store import MessageRecord, NewReply, PromptRecord, RunOutcome, Store
+from .store import (
+    MessageRecord,
+    NewReply,
+    PromptRecord,
+    ReplyRecord,
+    RunOutcome,
+    Store,
+    StoreError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +67,8 @@ INTERRUPTED_TEXT = (
     "⚠️ Your message was interrupted before it was answered (the gateway stopped or "
     "restarted). Please send it again."
 )
+FINISH_RETRY_FIRST_S = 0.5  # recording a run's outcome failed (disk full): first pause
+FINISH_RETRY_MAX_S = 5.0  # the longest pause between tries
 SHUTDOWN_TEXT = (
     "⚠️ The gateway is shutting down, so this run was stopped before it finished. "
     "Please send your message again in a minute."
@@ -755,10 +765,42 @@ class Engine:
             if not bubble:
                 text += f"\n\n_{line}_"
             replies.append(self._reply(msg, f"error:{msg.id}", Outgoing(ReplyKind.ERROR, text)))
-        records = await self.store.finish_run(run.run_id, outcome, state, replies)
+        records = await self._finish_run(run, outcome, state, replies)
+        if records is None:
+            return  # stopping with the outcome unrecorded: the restart says "interrupted"
         if run.reporter is not None:
             await run.reporter.close(line)
         await self.deliverer.deliver(records)
+
+    async def _finish_run(
+        self, run: ActiveRun, outcome: RunOutcome, state: InboxState, replies: list[NewReply]
+    ) -> list[ReplyRecord] | None:
+        """Record a run's outcome and replies; on a store failure (a full disk) try again.
+
+        The message was acknowledged, so its answer must not be lost: the write is retried
+        with a growing pause until it lands. Only when the gateway stops first is it left
+        unrecorded; the message is still "running" in the store then, and the next start
+        answers it with "interrupted, send again".
+        """
+        pause = FINISH_RETRY_FIRST_S
+        while True:
+            try:
+                return await self.store.finish_run(run.run_id, outcome, state, replies)
+            except StoreError as exc:
+                if self.stopping:
+                    log.error(
+                        "run %d of %s not recorded: %s", run.run_id, run.message.thread_key, exc
+                    )
+                    return None
+                log.warning(
+                    "run %d of %s could not be recorded (%s); trying again in %.1fs",
+                    run.run_id,
+                    run.message.thread_key,
+                    exc,
+                    pause,
+                )
+                await asyncio.sleep(pause)  # a backoff while the disk is full, not a sync
+                pause = min(pause * 2, FINISH_RETRY_MAX_S)
 
 
 def _failure_text(result: RunResult, stopped_by: str | None) -> str:

@@ -195,12 +195,6 @@ async def test_a_full_state_disk_refuses_clearly_and_recovers(
         assert refused_text not in [n.get("prompt") for n in notes(client.fake_dir)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (bridge/turns.py): a run that ends while the disk is full cannot record "
-    "its outcome (finish_run raises StoreFull), the turn is logged as failed and the "
-    "acknowledged message gets no reply at all until the next restart",
-)
 async def test_a_run_that_ends_while_the_disk_is_full_is_answered_once_space_is_back(
     env: dict[str, str], tiny_state: Path, fake_dir: Path
 ) -> None:
