@@ -110,7 +110,8 @@ def repair_home_tree(
     counted in ``failed`` with a message. With ``failed == 0`` the marker
     (``modes.REPAIR_MARKER``) is written; while it exists (a regular file) later calls
     return at once with ``skipped_by_marker`` unless ``force``. A walk with failures removes
-    an earlier marker, so the next start walks again.
+    an earlier marker, so the next one (the home's first ``Homes.ensure`` in a process, or
+    ``repair --deep``) walks again.
     """
     report = WalkReport()
     home_fd = pinned.open_dir(home)
