@@ -423,12 +423,7 @@ class SlackAdapter:
             key = f"slack:{team}:{channel}"
             return key, {"team": team, "channel": channel, "thread_ts": None}
         prefix = f"slack:{team}:{channel}:"
-        latest = None
-        for conv in await self.ctx.store.conversations():
-            if conv.thread_key.startswith(prefix) and (
-                latest is None or conv.last_active_at > latest.last_active_at
-            ):
-                latest = conv
+        latest = await self.ctx.store.latest_conversation(prefix)
         if latest is None:
             return None
         thread_ts = latest.thread_key[len(prefix) :]

@@ -196,6 +196,10 @@ class Store(abc.ABC):
     async def conversations(self) -> list[ConversationRecord]: ...
 
     @abc.abstractmethod
+    async def latest_conversation(self, key_prefix: str) -> ConversationRecord | None:
+        """The most recently active conversation whose thread key starts with ``key_prefix``."""
+
+    @abc.abstractmethod
     async def new_epoch(self, conversation_id: int) -> int:
         """Start a fresh Jazz conversation in the same home; returns the new epoch."""
 

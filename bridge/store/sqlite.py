@@ -746,6 +746,18 @@ class SqliteStore(Store):
 
         return await self._call(work)
 
+    async def latest_conversation(self, key_prefix: str) -> ConversationRecord | None:
+        def work(conn: sqlite3.Connection) -> ConversationRecord | None:
+            # a range on the unique thread_key index (LIKE would need its wildcards escaped)
+            row = conn.execute(
+                "SELECT * FROM conversations WHERE thread_key >= ? AND thread_key < ?"
+                " ORDER BY last_active_at DESC, id DESC LIMIT 1",
+                (key_prefix, key_prefix + "\U0010ffff"),
+            ).fetchone()
+            return None if row is None else self._conversation(row)
+
+        return await self._call(work)
+
     async def new_epoch(self, conversation_id: int) -> int:
         def work(conn: sqlite3.Connection) -> int:
             row = conn.execute(

@@ -133,6 +133,25 @@ async def test_second_message_updates_conversation_not_home(store: SqliteStore) 
     assert [c.id for c in await store.conversations()] == [after.id]
 
 
+async def test_latest_conversation_by_key_prefix(store: SqliteStore, db_path: Path) -> None:
+    keys = ["slack:T1:C1:1.0", "slack:T1:C1:2.0", "slack:T1:C10:9.0", "slack:T1:C%:5.0"]
+    for i, key in enumerate(keys):
+        await store.accept(inbound(f"e{i}", thread_key=key), home=f"h{i}", is_command=False)
+    # the activity order is set by hand: C1's first thread is the most recent
+    conn = sqlite3.connect(db_path)
+    with conn:
+        for key, at in [(keys[0], 300.0), (keys[1], 200.0), (keys[2], 900.0), (keys[3], 800.0)]:
+            conn.execute(
+                "UPDATE conversations SET last_active_at = ? WHERE thread_key = ?", (at, key)
+            )
+    conn.close()
+    latest = await store.latest_conversation("slack:T1:C1:")
+    assert latest is not None and latest.thread_key == keys[0]  # not C10's, though newer
+    wild = await store.latest_conversation("slack:T1:C%:")  # no wildcard meaning
+    assert wild is not None and wild.thread_key == keys[3]
+    assert await store.latest_conversation("slack:T1:C2:") is None
+
+
 async def test_same_event_id_on_another_platform_is_another_message(store: SqliteStore) -> None:
     a, new_a = await store.accept(inbound("42"), home="h", is_command=False)
     b, new_b = await store.accept(
