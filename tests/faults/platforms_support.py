@@ -20,6 +20,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -45,6 +47,7 @@ __all__ = [
     "free_port",
     "install_runner",
     "platform_env",
+    "running_fakes",
     "wait_until",
 ]
 
@@ -57,6 +60,23 @@ TG_SECRET = "crash-suite_webhook-secret"
 INTERRUPTED = "interrupted before it was answered"
 FAILED = "❌"
 ANSWER_RE = re.compile(r"ANSWER (\S+)")
+
+
+@asynccontextmanager
+async def running_fakes(
+    slack_token: str = SLACK_BOT_TOKEN, tg_token: str = TG_TOKEN
+) -> AsyncIterator[tuple[FakeSlackApi, FakeBotApi]]:
+    """The fake Slack Web API and the fake Bot API, both listening until the block ends."""
+    slack, telegram = FakeSlackApi(slack_token), FakeBotApi(tg_token)
+    await slack.start()
+    try:
+        await telegram.start()
+        try:
+            yield slack, telegram
+        finally:
+            await telegram.stop()
+    finally:
+        await slack.stop()
 
 
 def platform_env(

@@ -35,6 +35,7 @@ for extra in (TESTS / "bridge", TESTS / "adapters" / "slack", TESTS / "adapters"
 from fake_bot_api import FakeBotApi  # noqa: E402
 from fake_slack_api import FakeSlackApi  # noqa: E402
 from gateway_harness import Client, gateway_env, running_gateway, wait_until  # noqa: E402
+from platforms_support import running_fakes  # noqa: E402
 
 from bridge.app import GatewayApp  # noqa: E402
 from bridge.model import InboxState  # noqa: E402
@@ -86,12 +87,8 @@ def tg_body(update_id: int, text: str) -> bytes:
 
 @pytest.fixture
 async def fakes() -> AsyncIterator[tuple[FakeSlackApi, FakeBotApi]]:
-    slack, bot = FakeSlackApi(SLACK_TOKEN), FakeBotApi(TG_TOKEN)
-    await slack.start()
-    await bot.start()
-    yield slack, bot
-    await bot.stop()
-    await slack.stop()
+    async with running_fakes(SLACK_TOKEN, TG_TOKEN) as both:
+        yield both
 
 
 @pytest.fixture

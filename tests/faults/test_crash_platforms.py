@@ -45,8 +45,6 @@ import aiohttp
 import pytest
 from conftest import remove_accounts
 from platforms_support import (
-    SLACK_BOT_TOKEN,
-    TG_TOKEN,
     FakeBotApi,
     FakeSlackApi,
     GatewayProcess,
@@ -56,6 +54,7 @@ from platforms_support import (
     deliver_telegram,
     install_runner,
     platform_env,
+    running_fakes,
     runs_logged,
     slack_event,
     slack_shown,
@@ -145,13 +144,8 @@ class Tally:
 
 @pytest.fixture
 async def fakes() -> AsyncIterator[tuple[FakeSlackApi, FakeBotApi]]:
-    slack = FakeSlackApi(SLACK_BOT_TOKEN)
-    telegram = FakeBotApi(TG_TOKEN)
-    await slack.start()
-    await telegram.start()
-    yield slack, telegram
-    await slack.stop()
-    await telegram.stop()
+    async with running_fakes() as both:
+        yield both
 
 
 @pytest.fixture

@@ -34,8 +34,6 @@ import pytest
 from conftest import remove_accounts
 from faults_support import running_gateway
 from platforms_support import (
-    SLACK_BOT_TOKEN,
-    TG_TOKEN,
     FakeBotApi,
     FakeSlackApi,
     Outcome,
@@ -43,6 +41,7 @@ from platforms_support import (
     deliver_telegram,
     install_runner,
     platform_env,
+    running_fakes,
     runs_logged,
     slack_event,
     slack_shown,
@@ -67,13 +66,8 @@ CHANNEL = "C0FAULTS01"
 
 @pytest.fixture
 async def fakes() -> AsyncIterator[tuple[FakeSlackApi, FakeBotApi]]:
-    slack = FakeSlackApi(SLACK_BOT_TOKEN)
-    telegram = FakeBotApi(TG_TOKEN)
-    await slack.start()
-    await telegram.start()
-    yield slack, telegram
-    await slack.stop()
-    await telegram.stop()
+    async with running_fakes() as both:
+        yield both
 
 
 @pytest.fixture
