@@ -3,7 +3,8 @@
 The gateway is a real ``jazz-bridge serve`` process in polling mode; the fake Bot API
 (``tests/adapters/telegram/fake_bot_api.py``, in this process) releases 200 private-chat
 messages over 20 chats either all at once (burst) or each one after the previous answer
-arrived (seq). The runner is ``bench/instant_runner.py`` (spawned per run, as the
+arrived (seq). The runner is ``bench/instant_runner.sh`` (``--runner python``:
+``bench/instant_runner.py``, whose interpreter start-up alone is ~25 ms), spawned per run, as the
 conversation's own account when root). ``telegram.min_send_interval_s`` (about one
 message a second per chat, Telegram's advice) is set to 0 here, and
 ``limits.max_queued_per_conversation`` to 20 so a burst of 10 per chat all queue.
@@ -63,6 +64,36 @@ class TimedBotApi(FakeBotApi):
     def __init__(self, token: str) -> None:
         super().__init__(token)
         self.handed: dict[int, float] = {}
+        self.answered: dict[int, list[float]] = {}  # chat -> when each answer arrived
+        self._answer = asyncio.Event()
+
+    def _m_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        result = super()._m_sendMessage(params)
+        if str(params.get("text", "")).startswith("ok: "):
+            chat = int(params["chat_id"])
+            self.answered.setdefault(chat, []).append(time.monotonic())
+            self._answer.set()
+        return result
+
+    def answers(self, chat: int) -> int:
+        return len(self.answered.get(chat, ()))
+
+    async def until(
+        self, pred: Any, timeout: float, what: str, proc: subprocess.Popen[bytes]
+    ) -> None:
+        """Wait, woken by each answer (no polling), until ``pred()`` holds; bounded."""
+        deadline = time.monotonic() + timeout
+        while not pred():
+            if proc.poll() is not None:
+                raise SystemExit(f"the gateway exited ({proc.returncode}) waiting for {what}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
+            self._answer.clear()
+            try:
+                await asyncio.wait_for(self._answer.wait(), timeout=min(left, 1.0))
+            except TimeoutError:
+                pass  # re-check the gateway and the deadline
 
     async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]] | None:
         result = await super()._get_updates(params)
@@ -85,28 +116,6 @@ def update(update_id: int, chat: int, text: str) -> dict[str, Any]:
     }
 
 
-def answers(fake: FakeBotApi, chat: int) -> list[float]:
-    """When each answer (a sendMessage without buttons) to ``chat`` arrived, in order."""
-    return [
-        c.at
-        for c in fake.calls
-        if c.method == "sendMessage"
-        and c.status == 200
-        and int(c.params.get("chat_id", 0)) == chat
-        and str(c.params.get("text", "")).startswith("ok: ")
-    ]
-
-
-async def wait_for(pred: Any, timeout: float, what: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if proc.poll() is not None:
-            raise SystemExit(f"the gateway exited ({proc.returncode}) waiting for {what}")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.002)  # polling a condition with a bound
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -126,13 +135,17 @@ async def one_mode(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, 
     fake = TimedBotApi(TOKEN)
     await fake.start()
     root = tmp / f"root-{mode}"
-    runner = tmp / "instant_runner.py"
+    runner_argv = (
+        [str(tmp / "instant_runner.sh")]
+        if args.runner == "sh"
+        else [shared_interpreter(), str(tmp / "instant_runner.py")]
+    )
     port = free_port()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "JAZZ_BRIDGE_ROOT": str(root),
         "JAZZ_BRIDGE_SERVER__PORT": str(port),
-        "JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps([shared_interpreter(), str(runner)]),
+        "JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps(runner_argv),
         "JAZZ_BRIDGE_LIMITS__MAX_QUEUED_PER_CONVERSATION": "20",
         "JAZZ_BRIDGE_PROGRESS__FIRST_AFTER_S": "3600",
         "JAZZ_BRIDGE_TELEGRAM__TOKEN": TOKEN,
@@ -171,8 +184,8 @@ async def one_mode(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, 
         for chat in chats:
             fake.queue_update(update(next_id, chat, f"warm up {chat}"))
             next_id += 1
-        await wait_for(
-            lambda: all(len(answers(fake, c)) >= 1 for c in chats), 300, "warm-up answers", proc
+        await fake.until(
+            lambda: all(fake.answers(c) >= 1 for c in chats), 300, "warm-up answers", proc
         )
         out["warmup_s"] = time.perf_counter() - t0
 
@@ -186,8 +199,8 @@ async def one_mode(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, 
                     timed.append((next_id, chat, 2 + k))
                     fake.queue_update(update(next_id, chat, f"m{next_id}"))
                     next_id += 1
-            await wait_for(
-                lambda: all(len(answers(fake, c)) >= 1 + per_chat for c in chats),
+            await fake.until(
+                lambda: all(fake.answers(c) >= 1 + per_chat for c in chats),
                 300,
                 "every burst answer",
                 proc,
@@ -199,13 +212,13 @@ async def one_mode(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, 
                     fake.queue_update(update(next_id, chat, f"m{next_id}"))
                     next_id += 1
                     want = 2 + k
-                    await wait_for(
-                        lambda c=chat, w=want: len(answers(fake, c)) >= w, 60, "the answer", proc
+                    await fake.until(
+                        lambda c=chat, w=want: fake.answers(c) >= w, 60, "the answer", proc
                     )
         elapsed = time.perf_counter() - t0
         lat = []
         for update_id, chat, nth in timed:
-            lat.append(answers(fake, chat)[nth - 1] - fake.handed[update_id])
+            lat.append(fake.answered[chat][nth - 1] - fake.handed[update_id])
         methods: dict[str, int] = {}
         for call in fake.calls[calls_before:]:
             methods[call.method] = methods.get(call.method, 0) + 1
@@ -244,14 +257,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=200)
     ap.add_argument("--chats", type=int, default=20)
+    ap.add_argument(
+        "--runner",
+        choices=["sh", "python"],
+        default="sh",
+        help="instant runner: bench/instant_runner.sh (default) or the Python one (~25 ms start)",
+    )
     ap.add_argument("--modes", nargs="+", default=["seq", "burst"], choices=["seq", "burst"])
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on SIGTERM too
     load_start = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="bench-telegram-"))
     os.chmod(tmp, 0o755)  # conversation accounts run the runner from here
-    shutil.copyfile(HERE / "instant_runner.py", tmp / "instant_runner.py")
-    os.chmod(tmp / "instant_runner.py", 0o755)
+    for name in ("instant_runner.py", "instant_runner.sh"):
+        shutil.copyfile(HERE / name, tmp / name)
+        os.chmod(tmp / name, 0o755)
     results = []
     try:
         for mode in args.modes:
@@ -309,7 +329,8 @@ def main() -> int:
             "settings",
             "min_send_interval_s = 0",
             "Telegram pacing (~1 msg/s per chat by default) off for the benchmark; "
-            "max_queued_per_conversation = 20; runner spawned per message",
+            f"max_queued_per_conversation = 20; runner spawned per message: "
+            f"bench/instant_runner.{'py' if args.runner == 'python' else 'sh'}",
         )
     )
     rows.append(

@@ -29,6 +29,7 @@ from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatu
 from . import convert, guard
 from .spec import TelegramSettings
 from .surface import TelegramSurface, retry_seconds
+from .transport import AiohttpRequest
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what setWebhook accepts
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 MAX_TOAST = 200  # answerCallbackQuery's text limit
 MAX_BACKOFF_S = 30.0
+SEND_POOL = 256  # keep-alive connections for every method but getUpdates (PTB's default)
 
 
 class TelegramAdapter:
@@ -55,6 +57,8 @@ class TelegramAdapter:
             .token(s.token.get_secret_value())
             .base_url(s.api_url)
             .base_file_url(s.resolved_file_url)
+            .request(AiohttpRequest(pool_size=SEND_POOL))
+            .get_updates_request(AiohttpRequest(pool_size=1))
             .updater(None)
             .build()
         )

@@ -1,0 +1,126 @@
+"""python-telegram-bot's HTTP transport on aiohttp instead of httpx.
+
+Why: the Bot API calls are most of the gateway's own CPU per Telegram message (one
+``getUpdates`` and one ``sendMessage`` each). Profiling ``bench/bench_telegram_load.py``
+put httpx/httpcore at about two thirds of the event loop's busy time, a third of it in a
+failing ``import sniffio`` that httpcore repeats on every request. aiohttp is already the
+gateway's server and Slack client, so the bot uses the same client library and event loop
+machinery. PTB documents ``BaseRequest`` as the place for a custom transport
+(``ApplicationBuilder.request`` / ``.get_updates_request``): PTB keeps every Bot API
+semantic (parameters, JSON parsing, ``RetryAfter``, ``BadRequest``...), this module only
+moves bytes and maps transport failures onto PTB's own ``TimedOut`` and ``NetworkError``,
+exactly as its httpx transport does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+from telegram._utils.defaultvalue import DefaultValue  # what PTB's own HTTPXRequest checks
+from telegram.error import NetworkError, TimedOut
+from telegram.request import BaseRequest, RequestData
+
+log = logging.getLogger(__name__)
+
+DEFAULT_READ_S = 5.0  # the same defaults as PTB's HTTPXRequest
+DEFAULT_WRITE_S = 5.0
+DEFAULT_CONNECT_S = 5.0
+DEFAULT_POOL_S = 1.0
+MEDIA_WRITE_S = 20.0  # uploads get longer to send, as in HTTPXRequest
+
+
+class AiohttpRequest(BaseRequest):
+    """One aiohttp session (a pool of ``pool_size`` keep-alive connections) for the Bot API."""
+
+    __slots__ = ("_pool_size", "_session", "_timeouts")
+
+    def __init__(
+        self,
+        pool_size: int = 256,
+        *,
+        read_timeout: float | None = DEFAULT_READ_S,
+        write_timeout: float | None = DEFAULT_WRITE_S,
+        connect_timeout: float | None = DEFAULT_CONNECT_S,
+        pool_timeout: float | None = DEFAULT_POOL_S,
+    ) -> None:
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be at least 1, not {pool_size}")
+        self._pool_size = pool_size
+        self._timeouts = (read_timeout, write_timeout, connect_timeout, pool_timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def read_timeout(self) -> float | None:
+        return self._timeouts[0]
+
+    async def initialize(self) -> None:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._pool_size, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers={"User-Agent": self.USER_AGENT},
+                trust_env=True,  # HTTPS_PROXY and friends, as httpx honours them
+                skip_auto_headers=("Accept-Encoding",),
+            )
+
+    async def shutdown(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+    def _timeout(
+        self, read: Any, write: Any, connect: Any, pool: Any, *, media: bool
+    ) -> aiohttp.ClientTimeout:
+        d_read, d_write, d_connect, d_pool = self._timeouts
+        read = d_read if isinstance(read, DefaultValue) else read
+        connect = d_connect if isinstance(connect, DefaultValue) else connect
+        pool = d_pool if isinstance(pool, DefaultValue) else pool
+        if isinstance(write, DefaultValue):
+            write = MEDIA_WRITE_S if media else d_write
+        # aiohttp has no write timeout: the whole request is bounded by the sum instead, so a
+        # peer that stops reading an upload cannot hold the call forever.
+        parts = (read, write, connect, pool)
+        total = None if any(p is None for p in parts) else float(sum(parts))
+        waiting = None if connect is None or pool is None else float(connect + pool)
+        return aiohttp.ClientTimeout(
+            total=total, connect=waiting, sock_connect=connect, sock_read=read
+        )
+
+    async def do_request(
+        self,
+        url: str,
+        method: str,
+        request_data: RequestData | None = None,
+        read_timeout: Any = BaseRequest.DEFAULT_NONE,
+        write_timeout: Any = BaseRequest.DEFAULT_NONE,
+        connect_timeout: Any = BaseRequest.DEFAULT_NONE,
+        pool_timeout: Any = BaseRequest.DEFAULT_NONE,
+    ) -> tuple[int, bytes]:
+        session = self._session
+        if session is None or session.closed:
+            raise RuntimeError("AiohttpRequest is not initialized (call initialize() first)")
+        files = request_data.multipart_data if request_data and request_data.contains_files else {}
+        fields = request_data.json_parameters if request_data else None
+        body: Any = None
+        if files:
+            form = aiohttp.FormData()
+            for name, value in (fields or {}).items():
+                form.add_field(name, value)
+            for part, (filename, content, mimetype) in files.items():
+                form.add_field(part, content, filename=filename, content_type=mimetype)
+            body = form
+        elif fields:
+            body = fields  # application/x-www-form-urlencoded, as HTTPXRequest sends it
+        timeout = self._timeout(
+            read_timeout, write_timeout, connect_timeout, pool_timeout, media=bool(files)
+        )
+        try:
+            async with session.request(method, url, data=body, timeout=timeout) as response:
+                return response.status, await response.read()
+        except TimeoutError as exc:  # aiohttp.ServerTimeoutError is one too
+            raise TimedOut(f"the Bot API did not answer in time ({exc!r})") from exc
+        except aiohttp.ClientError as exc:
+            # The class name is kept: many aiohttp errors have an empty message.
+            raise NetworkError(f"aiohttp.{type(exc).__name__}: {exc}") from exc

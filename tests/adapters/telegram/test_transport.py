@@ -1,0 +1,140 @@
+"""The aiohttp transport under PTB: what reaches the server, and how transport failures map.
+
+A real local aiohttp server stands in for the Bot API; the requests come from PTB's own
+``Bot`` methods through ``AiohttpRequest``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from telegram import Bot
+from telegram.error import BadRequest, NetworkError, TimedOut
+
+from adapters.telegram.transport import AiohttpRequest
+
+TOKEN = "999999999:AAtransport-token"
+ME = {"id": 999999999, "is_bot": True, "first_name": "Jazz", "username": "jazz_bot"}
+
+
+class Server:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, dict[str, Any]]] = []  # method, content type, fields
+        self.mode = "ok"
+        self.release = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        fields: dict[str, Any] = {}
+        for name, value in (await request.post()).items():
+            if isinstance(value, web.FileField):
+                fields[name] = (value.filename, value.file.read())
+            else:
+                fields[name] = value
+        self.seen.append((method, request.content_type, fields))
+        if self.mode == "hang":
+            await asyncio.wait_for(self.release.wait(), timeout=30)
+        if self.mode == "reset":
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()
+        if self.mode == "bad":
+            body = {"ok": False, "error_code": 400, "description": "Bad Request: chat not found"}
+            return web.json_response(body, status=400)
+        if method == "getMe":
+            return web.json_response({"ok": True, "result": ME})
+        msg = {"message_id": 7, "date": 0, "chat": {"id": 42, "type": "private"}, "text": "x"}
+        return web.json_response({"ok": True, "result": msg})
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[Server, str]]:
+    server = Server()
+    app = web.Application()
+    app.router.add_post("/bot{token}/{method}", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield server, f"http://127.0.0.1:{port}/bot"
+    server.release.set()
+    await runner.cleanup()
+
+
+async def make_bot(base: str, **timeouts: float) -> Bot:
+    bot = Bot(
+        TOKEN,
+        base_url=base,
+        request=AiohttpRequest(pool_size=4, **timeouts),
+        get_updates_request=AiohttpRequest(pool_size=1),
+    )
+    await bot.initialize()
+    return bot
+
+
+async def test_fields_are_form_encoded_and_files_multipart(served: tuple[Server, str]) -> None:
+    server, base = served
+    bot = await make_bot(base)
+    try:
+        await bot.send_message(42, "hello & welcome", disable_notification=True)
+        await bot.send_document(42, io.BytesIO(b"%PDF-bytes"), filename="a.pdf", caption="c")
+    finally:
+        await bot.shutdown()
+    (_, ctype, fields) = server.seen[1]
+    assert ctype == "application/x-www-form-urlencoded"
+    assert fields["text"] == "hello & welcome" and fields["chat_id"] == "42"
+    assert fields["disable_notification"] == "true"
+    (_, ctype, fields) = server.seen[2]
+    assert ctype == "multipart/form-data"
+    assert fields["caption"] == "c"
+    assert fields["document"] == ("a.pdf", b"%PDF-bytes")
+
+
+async def test_a_hung_server_is_a_timeout(served: tuple[Server, str]) -> None:
+    server, base = served
+    bot = await make_bot(base, read_timeout=0.2)
+    server.mode = "hang"
+    try:
+        with pytest.raises(TimedOut):
+            await bot.send_message(42, "anyone there?")
+    finally:
+        server.release.set()
+        await bot.shutdown()
+
+
+async def test_a_reset_connection_is_a_network_error(served: tuple[Server, str]) -> None:
+    server, base = served
+    bot = await make_bot(base)
+    server.mode = "reset"
+    try:
+        with pytest.raises(NetworkError) as caught:
+            await bot.send_message(42, "hello")
+        assert "aiohttp." in str(caught.value)
+        assert not isinstance(caught.value, TimedOut)
+    finally:
+        await bot.shutdown()
+
+
+async def test_api_errors_keep_ptb_semantics(served: tuple[Server, str]) -> None:
+    server, base = served
+    bot = await make_bot(base)
+    server.mode = "bad"
+    try:
+        with pytest.raises(BadRequest, match=r"(?i)chat not found"):
+            await bot.send_message(42, "hello")
+    finally:
+        await bot.shutdown()
+
+
+async def test_not_initialized_is_a_clear_error() -> None:
+    request = AiohttpRequest()
+    with pytest.raises(RuntimeError, match="initialize"):
+        await request.do_request("http://127.0.0.1:9/botX/getMe", "POST")
+    with pytest.raises(ValueError, match="pool_size"):
+        AiohttpRequest(pool_size=0)
