@@ -16,6 +16,7 @@ import hmac
 import json
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
@@ -29,7 +30,7 @@ from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatu
 from . import convert, guard
 from .spec import TelegramSettings
 from .surface import TelegramSurface, retry_seconds
-from .transport import AiohttpRequest
+from .transport import AiohttpRequest, env_proxy
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,8 @@ class TelegramAdapter:
             .token(s.token.get_secret_value())
             .base_url(s.api_url)
             .base_file_url(s.resolved_file_url)
-            .request(AiohttpRequest(pool_size=SEND_POOL))
-            .get_updates_request(AiohttpRequest(pool_size=1))
+            .request(AiohttpRequest(pool_size=SEND_POOL, proxy=env_proxy(s.api_url)))
+            .get_updates_request(AiohttpRequest(pool_size=1, proxy=env_proxy(s.api_url)))
             .updater(None)
             .build()
         )
@@ -66,6 +67,8 @@ class TelegramAdapter:
         self._surface = TelegramSurface(self.bot, min_interval_s=s.min_send_interval_s)
         self.rules: convert.Rules | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._offset_writer: asyncio.Task[None] | None = None
+        self._offset_due: int | None = None
         self._initialized = False
         self._stopping = False
         self._error: str | None = None
@@ -143,6 +146,10 @@ class TelegramAdapter:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._poller
             self._poller = None
+        if self._offset_writer is not None:  # the last offset is stored before the store closes
+            with contextlib.suppress(Exception):
+                await self._offset_writer
+            self._offset_writer = None
 
     async def shutdown(self) -> None:
         await self._surface.close()  # its held edits need the bot's connection
@@ -282,8 +289,7 @@ class TelegramAdapter:
             log.exception("telegram: polling stopped")
 
     async def _poll_loop(self) -> None:
-        key = self._kv("offset")
-        raw = await self.ctx.store.get_kv(key)
+        raw = await self.ctx.store.get_kv(self._kv("offset"))
         offset = int(raw) if raw else None
         backoff = 1.0
         while not self._stopping:
@@ -308,16 +314,77 @@ class TelegramAdapter:
                 continue
             self._error = None
             backoff = 1.0
-            for update in updates:
-                try:
-                    status = await self.process(update)
-                except Exception:
-                    log.exception(
-                        "telegram: update %d not persisted; fetched again", update.update_id
+            done, refused = await self._process_batch(updates)
+            if done:
+                offset = done[-1].update_id + 1
+                self._save_offset(offset)
+            if refused:
+                return  # shutting down: the offset stays, Telegram keeps the update
+            if len(done) < len(updates):
+                await asyncio.sleep(backoff)  # a failed write: fetched again after a pause
+
+    async def _process_batch(self, updates: Sequence[Update]) -> tuple[list[Update], bool]:
+        """Persist one ``getUpdates`` batch; the updates done in order, and whether refused.
+
+        Messages are handed to the core together, so their inbox writes share one commit
+        (the store's group commit) instead of one disk flush each. Their order is kept:
+        ``submit`` queues each write in call order before its first pause, and the tasks
+        start in batch order. A button press is a barrier: the messages before it are
+        persisted before it is handled, as when the batch is taken one at a time.
+        The offset may pass only the leading updates that are done: after the first one
+        that failed, the rest are fetched again (duplicates of the ones already in the
+        inbox are dropped by their update_id).
+        """
+        done: list[Update] = []
+        i = 0
+        while i < len(updates):
+            j = i + 1
+            if updates[i].callback_query is None:
+                while j < len(updates) and updates[j].callback_query is None:
+                    j += 1
+            chunk = updates[i:j]
+            outcomes = await asyncio.gather(
+                *(self.process(u) for u in chunk), return_exceptions=True
+            )
+            for update, outcome in zip(chunk, outcomes, strict=True):
+                if isinstance(outcome, asyncio.CancelledError):
+                    raise outcome
+                if isinstance(outcome, BaseException):
+                    log.error(
+                        "telegram: update %d not persisted (fetched again): %s",
+                        update.update_id,
+                        outcome,
+                        exc_info=outcome,
                     )
-                    await asyncio.sleep(backoff)
-                    break
-                if status is SubmitStatus.REFUSED:
-                    return  # shutting down: the offset stays, Telegram keeps the update
-                offset = update.update_id + 1
-                await self.ctx.store.set_kv(key, str(offset))  # only after the write
+                    return done, False
+                if outcome is SubmitStatus.REFUSED:
+                    return done, True
+                done.append(update)
+            i = j
+        return done, False
+
+    def _save_offset(self, offset: int) -> None:
+        """Note the offset for the next start, in the background, the latest value winning.
+
+        Telegram forgets an update when a ``getUpdates`` call passes its id, so the offset
+        that matters is the one sent with the next call, and that is sent only after the
+        update is in the inbox. The stored copy only spares a restart from being handed
+        updates it already has: one that lags behind (a crash before it was written) costs
+        nothing, since Telegram keeps no confirmed update to hand out again. So no turn
+        waits for this write.
+        """
+        self._offset_due = offset
+        if self._offset_writer is None or self._offset_writer.done():
+            self._offset_writer = asyncio.create_task(self._write_offsets(), name="telegram-offset")
+
+    async def _write_offsets(self) -> None:
+        key = self._kv("offset")
+        written: int | None = None
+        while self._offset_due is not None and self._offset_due != written:
+            value = self._offset_due
+            try:
+                await self.ctx.store.set_kv(key, str(value))
+            except Exception as exc:  # only the restart hint; the next batch tries again
+                log.warning("telegram: could not store the polling offset %d: %s", value, exc)
+                return
+            written = value

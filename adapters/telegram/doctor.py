@@ -15,7 +15,7 @@ from telegram.error import InvalidToken, NetworkError, TelegramError
 from bridge.ports import DoctorCheck
 
 from .spec import TelegramSettings
-from .transport import AiohttpRequest
+from .transport import AiohttpRequest, env_proxy
 
 AUTH_FIX = "set telegram.token to the token @BotFather gave the bot (/token there shows it)"
 WEBHOOK_FIX = "start the gateway (it calls setWebhook) or check telegram.webhook_url"
@@ -32,8 +32,8 @@ async def check(settings: TelegramSettings) -> list[DoctorCheck]:
         settings.token.get_secret_value(),
         base_url=settings.api_url,
         base_file_url=settings.resolved_file_url,
-        request=AiohttpRequest(pool_size=1),
-        get_updates_request=AiohttpRequest(pool_size=1),
+        request=AiohttpRequest(pool_size=1, proxy=env_proxy(settings.api_url)),
+        get_updates_request=AiohttpRequest(pool_size=1, proxy=env_proxy(settings.api_url)),
     )
     try:
         return await _checks(bot, settings)

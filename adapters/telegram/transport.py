@@ -15,7 +15,9 @@ exactly as its httpx transport does.
 from __future__ import annotations
 
 import logging
+import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue  # what PTB's own HTTPXRequest checks
@@ -31,10 +33,24 @@ DEFAULT_POOL_S = 1.0
 MEDIA_WRITE_S = 20.0  # uploads get longer to send, as in HTTPXRequest
 
 
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (HTTPS_PROXY, ALL_PROXY, NO_PROXY...).
+
+    Read once at start, as httpx honoured these: aiohttp's own ``trust_env`` reads them
+    and ``~/.netrc`` again on every request, in a thread.
+    """
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies_environment()
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # not in the stubs
+    if not parts.hostname or bypass(parts.hostname, proxies):
+        return None
+    return proxies.get(parts.scheme) or proxies.get("all")
+
+
 class AiohttpRequest(BaseRequest):
     """One aiohttp session (a pool of ``pool_size`` keep-alive connections) for the Bot API."""
 
-    __slots__ = ("_pool_size", "_session", "_timeouts")
+    __slots__ = ("_pool_size", "_proxy", "_session", "_timeouts")
 
     def __init__(
         self,
@@ -44,11 +60,13 @@ class AiohttpRequest(BaseRequest):
         write_timeout: float | None = DEFAULT_WRITE_S,
         connect_timeout: float | None = DEFAULT_CONNECT_S,
         pool_timeout: float | None = DEFAULT_POOL_S,
+        proxy: str | None = None,
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, not {pool_size}")
         self._pool_size = pool_size
         self._timeouts = (read_timeout, write_timeout, connect_timeout, pool_timeout)
+        self._proxy = proxy
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -61,7 +79,7 @@ class AiohttpRequest(BaseRequest):
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 headers={"User-Agent": self.USER_AGENT},
-                trust_env=True,  # HTTPS_PROXY and friends, as httpx honours them
+                proxy=self._proxy,
                 skip_auto_headers=("Accept-Encoding",),
             )
 

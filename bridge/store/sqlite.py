@@ -228,23 +228,14 @@ class SqliteStore(Store):
         return StoreError(f"store {self.path}: {exc}")
 
     async def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` inside one ``BEGIN IMMEDIATE`` ... ``COMMIT`` on the worker thread."""
+        """Run ``fn`` as one write, committed before this returns (see :meth:`_grouped_tx`).
 
-        def transaction(conn: sqlite3.Connection) -> T:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    try:
-                        conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        log.exception("store %s: rollback failed", self.path)
-                raise
-            return result
-
-        return await self._call(transaction)
+        Every write goes through the group commit: a turn makes several (the run started,
+        its outcome and replies, each reply sent) and intake makes one per message; with
+        ``synchronous=FULL`` each COMMIT waits for the disk, so writes made at the same time
+        share one instead of queueing for one each.
+        """
+        return await self._grouped_tx(fn)
 
     async def _grouped_tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Like :meth:`_tx`, but writes arriving while a commit is on the disk share the next.
@@ -295,6 +286,9 @@ class SqliteStore(Store):
                 except sqlite3.Error as exc:
                     conn.execute("ROLLBACK TO one_write")
                     outcomes.append((False, self._store_error(exc)))
+                except Exception as exc:  # the write's own refusal: undone, and its alone
+                    conn.execute("ROLLBACK TO one_write")
+                    outcomes.append((False, exc))
                 conn.execute("RELEASE one_write")
             conn.execute("COMMIT")
         except BaseException:

@@ -24,9 +24,11 @@ from conftest import remove_accounts
 from tg_support import (
     ADA,
     BOT,
+    GRACE,
     TOKEN,
     Client,
     FakeBotApi,
+    press,
     private_chat,
     running_gateway,
     sample,
@@ -88,7 +90,11 @@ async def test_polling_stopped_between_fetch_and_ack_runs_nothing_twice(
         await wait_sent(fake, ADA, "You said:\n\nfirst")
         await wait_until(lambda: bool(fake.held), 10, "the acknowledgement held")
         assert fake.held[0]["offset"] == 730003001
-        assert await app.store.get_kv(OFFSET_KEY) == "730003001"  # written before the ack
+
+        async def offset_stored() -> bool:  # a restart hint, written beside the next poll
+            return await app.store.get_kv(OFFSET_KEY) == "730003001"
+
+        await wait_until(offset_stored, 10, "the offset stored")
         assert accepted(app) == 1
         await app.store.set_kv(OFFSET_KEY, "")
     fake.release_acks()
@@ -122,6 +128,31 @@ async def test_polling_stopped_between_fetch_and_ack_runs_nothing_twice(
         assert sample(app, "jazz_bridge_runs_total", outcome="ok") == 0
     assert len(texts(fake, ADA, "You said:\n\nfirst")) == 1
     assert len(texts(fake, ADA, "You said:\n\nsecond")) == 1
+
+
+async def test_a_polled_batch_runs_in_order_per_chat(env: dict[str, str], fake: FakeBotApi) -> None:
+    # one getUpdates batch: two chats interleaved, a button press in the middle (a barrier)
+    ada, grace = private_chat(ADA), private_chat(GRACE)
+    ids = iter(range(730005000, 730006000))
+    for k in range(12):
+        fake.queue_update(update(next(ids), ada, ADA, f"ada {k:02d}"))
+        fake.queue_update(update(next(ids), grace, GRACE, f"grace {k:02d}"))
+        if k == 5:
+            fake.queue_update(press(next(ids), ADA, ada, "no-such-token"))
+    last = next(ids) - 1
+    env["JAZZ_BRIDGE_LIMITS__MAX_QUEUED_PER_CONVERSATION"] = "12"
+    async with running_gateway(env) as (app, _client):
+        await wait_sent(fake, ADA, "You said:\n\nada 11", timeout=60)
+        await wait_sent(fake, GRACE, "You said:\n\ngrace 11", timeout=60)
+        await wait_until(lambda: polled_from(fake, last + 1), 15, "the batch acknowledged")
+        assert accepted(app) == 24
+        assert fake.called("answerCallbackQuery")  # the stale press was answered, not run
+    for chat, who in ((ADA, "ada"), (GRACE, "grace")):
+        said = [
+            t.split("You said:\n\n", 1)[1].split("\n", 1)[0] for t in texts(fake, chat, "You said:")
+        ]
+        assert said == [f"{who} {k:02d}" for k in range(12)], said
+    assert not fake.updates  # every update confirmed, none left
 
 
 def free_port() -> int:

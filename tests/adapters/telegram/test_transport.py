@@ -16,7 +16,7 @@ from aiohttp import web
 from telegram import Bot
 from telegram.error import BadRequest, NetworkError, TimedOut
 
-from adapters.telegram.transport import AiohttpRequest
+from adapters.telegram.transport import AiohttpRequest, env_proxy
 
 TOKEN = "999999999:AAtransport-token"
 ME = {"id": 999999999, "is_bot": True, "first_name": "Jazz", "username": "jazz_bot"}
@@ -138,3 +138,14 @@ async def test_not_initialized_is_a_clear_error() -> None:
         await request.do_request("http://127.0.0.1:9/botX/getMe", "POST")
     with pytest.raises(ValueError, match="pool_size"):
         AiohttpRequest(pool_size=0)
+
+
+def test_the_environment_names_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert env_proxy("https://api.telegram.org") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    assert env_proxy("https://api.telegram.org") == "http://proxy.internal:3128"
+    assert env_proxy("http://127.0.0.1:8081") is None  # no http proxy named
+    monkeypatch.setenv("NO_PROXY", "api.telegram.org")
+    assert env_proxy("https://api.telegram.org") is None
