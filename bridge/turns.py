@@ -554,11 +554,13 @@ class Engine:
         self._in_flight += 1
         self.metrics.runs_in_flight.inc()
         try:
-            await self._run_turn(slot, msg)
+            ran = await self._run_turn(slot, msg)
         finally:
             self._in_flight -= 1
             self.metrics.runs_in_flight.dec()
             self._runs_sem.release()
+        if ran is not None:  # recorded and answered with the run slot free for the next run
+            await self._record(*ran)
 
     async def _over_budget(self) -> str | None:
         """Why no new run may start today (the daily cap), or None."""
@@ -582,10 +584,17 @@ class Engine:
                 task.cancel()
             await asyncio.gather(*settling, return_exceptions=True)
 
-    async def _run_turn(self, slot: ConversationSlot, msg: MessageRecord) -> None:
+    async def _run_turn(
+        self, slot: ConversationSlot, msg: MessageRecord
+    ) -> tuple[ActiveRun, RunResult] | None:
+        """Start and run one message; its run and result, or None when it had begun before.
+
+        ``limits.max_concurrent_runs`` counts runs, so the caller records the outcome and
+        sends the answer after giving the run slot back.
+        """
         run_record = await self.store.begin_run(msg.id, msg.sender_id)
         if run_record is None:  # no longer accepted: started or answered already
-            return
+            return None
         epoch = run_record.epoch
         run = ActiveRun(message=msg, run_id=run_record.id, target=self._target(msg))
         slot.active = run
@@ -623,7 +632,7 @@ class Engine:
                     await reporter
             slot.active = None
             self._stop_tokens.pop(run.stop_token, None)
-        await self._record(run, result)
+        return run, result
 
     async def _attachments(self, home: Home, msg: MessageRecord) -> list[str]:
         if not msg.attachments:
