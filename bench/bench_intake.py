@@ -6,8 +6,10 @@ HTTP mode against the fake Slack Web API (in this process), every event verified
 and persisted in SQLite before its 200; the runner is ``bench/instant_runner.sh``, one run
 at a time, all events in one DM conversation whose queue is unbounded for the run (the
 gateway has no "runs off" switch: runs happen behind the intake, as they would).
+Also measured, for scale: bolt alone (its own process): slack-bolt's ``AsyncApp`` on aiohttp
+with a listener that does nothing, so the table shows the framework's share of the gap.
 
-Both servers get the same client: aiohttp, keep-alive, ``--concurrency`` requests in
+All three servers get the same client: aiohttp, keep-alive, ``--concurrency`` requests in
 flight, the same pre-signed bodies (a DM ``message`` event each, distinct ``event_id``).
 First the most each acknowledges per second (closed loop) with p50/p99 ack latency; then
 the gateway at 80% of its own maximum (open loop: requests start on a fixed schedule and
@@ -65,6 +67,39 @@ app = web.Application()
 app.router.add_post("/slack/events", ok)
 app.router.add_get("/readyz", lambda r: ok(r))
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+"""
+
+
+# bolt alone: the same framework path the gateway's Slack adapter takes (signature checked,
+# bolt's middleware, a listener) with a listener that does nothing: no store, no runs.
+BOLT_ALONE = """
+import sys
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.app.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+port, secret, token, api = sys.argv[1:5]
+bolt = AsyncApp(
+    client=AsyncWebClient(token=token, base_url=api),
+    signing_secret=secret,
+    process_before_response=True,
+)
+
+@bolt.event("message")
+async def on_message(body):
+    return None
+
+async def events(request):
+    return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
+
+async def ready(request):
+    return web.Response(status=200)
+
+app = web.Application()
+app.router.add_post("/slack/events", events)
+app.router.add_get("/readyz", ready)
+web.run_app(app, host="127.0.0.1", port=int(port), access_log=None, print=None)
 """
 
 
@@ -217,6 +252,14 @@ def start_bare(tmp: Path, port: int) -> Server:
     return Server("bare aiohttp", proc, f"http://127.0.0.1:{port}")
 
 
+def start_bolt_alone(tmp: Path, port: int, fake: FakeSlackApi) -> Server:
+    script = tmp / "bolt_alone.py"
+    script.write_text(BOLT_ALONE)
+    argv = [sys.executable, str(script), str(port), SECRET, BOT_TOKEN, fake.api_url]
+    proc = subprocess.Popen(argv, cwd=tmp)
+    return Server("bolt alone", proc, f"http://127.0.0.1:{port}")
+
+
 async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]:
     fake = FakeSlackApi(BOT_TOKEN)
     await fake.start()
@@ -226,10 +269,11 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
     shutil.copyfile(HERE / "instant_runner.sh", runner)
     os.chmod(runner, 0o755)
     bare = start_bare(tmp, free_port())
+    bolt = start_bolt_alone(tmp, free_port(), fake)
     gateway = start_gateway(tmp, free_port(), fake, runner)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=60)
-    results: dict[str, list[dict[str, float]]] = {"bare": [], "gateway": []}
+    results: dict[str, list[dict[str, float]]] = {"bare": [], "bolt": [], "gateway": []}
     load: dict[str, float] = {}
     n = args.requests
     next_id = 0
@@ -245,13 +289,18 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
     try:
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             await wait_ready(session, bare)
+            await wait_ready(session, bolt)
             await wait_ready(session, gateway)
-            for server in (bare, gateway):  # warm-up: connections, bolt's auth.test, the account
+            for server in (
+                bare,
+                bolt,
+                gateway,
+            ):  # warm-up: connections, bolt's auth.test, the account
                 url = server.url + "/slack/events"
                 await closed_loop(session, url, batch(300, server), args.concurrency)
             profiler = _py_spy(gateway.proc.pid, args.profile)
             for _ in range(2):
-                for key, server in (("bare", bare), ("gateway", gateway)):
+                for key, server in (("bare", bare), ("bolt", bolt), ("gateway", gateway)):
                     url = server.url + "/slack/events"
                     reqs = batch(n, server)
                     results[key].append(await closed_loop(session, url, reqs, args.concurrency))
@@ -267,6 +316,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
             rss = _rss_kb(gateway.proc.pid)
     finally:
         gateway.stop()
+        bolt.stop()
         bare.stop()
         await fake.stop()
     stored = _stored(tmp / "root")
@@ -275,6 +325,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
         return sum(r[field] for r in results[key]) / len(results[key])
 
     bare_rate, gw_rate = mean("bare", "rate"), mean("gateway", "rate")
+    bolt_rate = mean("bolt", "rate")
     ratio = gw_rate / bare_rate
     rows = [
         ("measure", "value", "ratio / note"),
@@ -289,10 +340,17 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
             f"{args.concurrency} in flight",
         ),
         (
+            "bolt alone (signed, no-op listener, no store), acks/s",
+            f"{bolt_rate:.0f}",
+            f"x{bolt_rate / bare_rate:.2f} of the bare handler: the framework's own share; rounds "
+            + " / ".join(f"{r['rate']:.0f}" for r in results["bolt"]),
+        ),
+        (
             "gateway /slack/events (signed, persisted), acks/s",
             f"{gw_rate:.0f}",
             f"x{ratio:.2f} of the bare handler (aim >= 0.5: {'met' if ratio >= 0.5 else 'MISSED'})"
-            f"; rounds " + " / ".join(f"{r['rate']:.0f}" for r in results["gateway"]),
+            f"; x{gw_rate / bolt_rate:.2f} of bolt alone; rounds "
+            + " / ".join(f"{r['rate']:.0f}" for r in results["gateway"]),
         ),
         (
             "  gateway: ack latency p50 / p99 at its max",
