@@ -2,7 +2,7 @@
 
 Baseline: a bare aiohttp server (its own process) whose only route reads the body and
 answers 200. Measured: ``jazz-bridge serve`` (its own process) with the Slack adapter in
-HTTP mode against the fake Slack Web API (in this process), every event verified by bolt
+HTTP mode against the fake Slack Web API (its own process), every event verified by bolt
 and persisted in SQLite before its 200; the runner is ``bench/instant_runner.sh``, one run
 at a time, all events in one DM conversation whose queue is unbounded for the run (the
 gateway has no "runs off" switch: runs happen behind the intake, as they would).
@@ -45,11 +45,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO / "tests" / "adapters" / "slack"))
 
 import aiohttp  # noqa: E402
 from bench_pipeline import cpu_model, pct, remove_gateway_accounts, table  # noqa: E402
-from fake_slack_api import FakeSlackApi  # noqa: E402
 
 SECRET = "0123456789abcdef0123456789abcdef"
 BOT_TOKEN = "xoxb-0000000000-bench-token-for-the-fake"
@@ -100,6 +98,24 @@ app = web.Application()
 app.router.add_post("/slack/events", events)
 app.router.add_get("/readyz", ready)
 web.run_app(app, host="127.0.0.1", port=int(port), access_log=None, print=None)
+"""
+
+
+# the fake Slack Web API in a process of its own: in the client's process, answering the
+# gateway's chat.postMessage for every run behind the intake delayed the client's own
+# requests, and that delay counted as the gateway's latency
+FAKE_SLACK = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+from fake_slack_api import FakeSlackApi
+
+async def main():
+    fake = FakeSlackApi(sys.argv[2])
+    await fake.start()
+    print(fake.port, flush=True)
+    await asyncio.Event().wait()  # until SIGTERM
+
+asyncio.run(main())
 """
 
 
@@ -219,7 +235,24 @@ async def open_loop(
     return {"rate": achieved, "p50": pct(lat, 50), "p99": pct(lat, 99)}
 
 
-def start_gateway(tmp: Path, port: int, fake: FakeSlackApi, runner: Path) -> Server:
+def start_fake_slack(tmp: Path) -> tuple[Server, str]:
+    """The fake Slack Web API as its own process; the server and its API URL."""
+    script = tmp / "fake_slack.py"
+    script.write_text(FAKE_SLACK)
+    where = str(REPO / "tests" / "adapters" / "slack")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), where, BOT_TOKEN], cwd=tmp, stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # the port, or EOF if it died
+    if not line.strip().isdigit():
+        proc.kill()
+        raise SystemExit(f"the fake Slack API did not start ({line!r})")
+    url = f"http://127.0.0.1:{int(line)}"
+    return Server("fake Slack API", proc, url), url + "/api/"
+
+
+def start_gateway(tmp: Path, port: int, api_url: str, runner: Path) -> Server:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "JAZZ_BRIDGE_ROOT": str(tmp / "root"),
@@ -230,7 +263,7 @@ def start_gateway(tmp: Path, port: int, fake: FakeSlackApi, runner: Path) -> Ser
         "JAZZ_BRIDGE_PROGRESS__FIRST_AFTER_S": "3600",
         "JAZZ_BRIDGE_SLACK__BOT_TOKEN": BOT_TOKEN,
         "JAZZ_BRIDGE_SLACK__SIGNING_SECRET": SECRET,
-        "JAZZ_BRIDGE_SLACK__API_URL": fake.api_url,
+        "JAZZ_BRIDGE_SLACK__API_URL": api_url,
         "JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE": "true",
         "JAZZ_BRIDGE_WEB__ENABLED": "false",
         "JAZZ_BRIDGE_LOG__FILE": str(tmp / "gateway.log"),
@@ -252,25 +285,24 @@ def start_bare(tmp: Path, port: int) -> Server:
     return Server("bare aiohttp", proc, f"http://127.0.0.1:{port}")
 
 
-def start_bolt_alone(tmp: Path, port: int, fake: FakeSlackApi) -> Server:
+def start_bolt_alone(tmp: Path, port: int, api_url: str) -> Server:
     script = tmp / "bolt_alone.py"
     script.write_text(BOLT_ALONE)
-    argv = [sys.executable, str(script), str(port), SECRET, BOT_TOKEN, fake.api_url]
+    argv = [sys.executable, str(script), str(port), SECRET, BOT_TOKEN, api_url]
     proc = subprocess.Popen(argv, cwd=tmp)
     return Server("bolt alone", proc, f"http://127.0.0.1:{port}")
 
 
 async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]:
-    fake = FakeSlackApi(BOT_TOKEN)
-    await fake.start()
+    fake, api_url = start_fake_slack(tmp)
     # a shell, not the Python runner: its ~25 ms of CPU per run, behind the intake, took
     # most of a core from the gateway being measured
     runner = tmp / "instant_runner.sh"
     shutil.copyfile(HERE / "instant_runner.sh", runner)
     os.chmod(runner, 0o755)
     bare = start_bare(tmp, free_port())
-    bolt = start_bolt_alone(tmp, free_port(), fake)
-    gateway = start_gateway(tmp, free_port(), fake, runner)
+    bolt = start_bolt_alone(tmp, free_port(), api_url)
+    gateway = start_gateway(tmp, free_port(), api_url, runner)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=60)
     results: dict[str, list[dict[str, float]]] = {"bare": [], "bolt": [], "gateway": []}
@@ -291,11 +323,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
             await wait_ready(session, bare)
             await wait_ready(session, bolt)
             await wait_ready(session, gateway)
-            for server in (
-                bare,
-                bolt,
-                gateway,
-            ):  # warm-up: connections, bolt's auth.test, the account
+            # warm-up: connections, bolt's auth.test, the account
+            for server in (bare, bolt, gateway):
                 url = server.url + "/slack/events"
                 await closed_loop(session, url, batch(300, server), args.concurrency)
             profiler = _py_spy(gateway.proc.pid, args.profile)
@@ -318,7 +347,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
         gateway.stop()
         bolt.stop()
         bare.stop()
-        await fake.stop()
+        fake.stop()
     stored = _stored(tmp / "root")
 
     def mean(key: str, field: str) -> float:
