@@ -37,6 +37,9 @@ class Server:
             else:
                 fields[name] = value
         self.seen.append((method, request.content_type, fields))
+        if method == "getUpdates":  # a long poll: answered after 0.6 s, empty
+            await asyncio.sleep(0.6)  # the server's own long-poll wait, not a synchronisation
+            return web.json_response({"ok": True, "result": []})
         if self.mode == "hang":
             await asyncio.wait_for(self.release.wait(), timeout=30)
         if self.mode == "reset":
@@ -105,6 +108,19 @@ async def test_a_hung_server_is_a_timeout(served: tuple[Server, str]) -> None:
             await bot.send_message(42, "anyone there?")
     finally:
         server.release.set()
+        await bot.shutdown()
+
+
+async def test_a_long_poll_outlasts_the_default_read_timeout(served: tuple[Server, str]) -> None:
+    # PTB adds getUpdates' own timeout to the read timeout; the transport must honour it
+    _server, base = served
+    bot = Bot(TOKEN, base_url=base, get_updates_request=AiohttpRequest(1, read_timeout=0.3))
+    await bot.initialize()
+    try:
+        assert await bot.get_updates(timeout=1) == ()
+        with pytest.raises(TimedOut):  # and without it, 0.3 s is the limit
+            await bot.get_updates(timeout=0)
+    finally:
         await bot.shutdown()
 
 
