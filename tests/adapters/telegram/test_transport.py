@@ -124,26 +124,23 @@ async def test_a_long_poll_outlasts_the_default_read_timeout(served: tuple[Serve
         await bot.shutdown()
 
 
-async def test_a_reset_connection_is_a_network_error(served: tuple[Server, str]) -> None:
+@pytest.mark.parametrize(
+    ("mode", "error", "match"),
+    [
+        ("reset", NetworkError, r"^aiohttp\."),  # a transport failure, named by its class
+        ("bad", BadRequest, r"(?i)chat not found"),  # the Bot API's own error, as PTB maps it
+    ],
+)
+async def test_failures_map_onto_ptb_errors(
+    served: tuple[Server, str], mode: str, error: type[Exception], match: str
+) -> None:
     server, base = served
     bot = await make_bot(base)
-    server.mode = "reset"
+    server.mode = mode
     try:
-        with pytest.raises(NetworkError) as caught:
+        with pytest.raises(error, match=match) as caught:
             await bot.send_message(42, "hello")
-        assert "aiohttp." in str(caught.value)
         assert not isinstance(caught.value, TimedOut)
-    finally:
-        await bot.shutdown()
-
-
-async def test_api_errors_keep_ptb_semantics(served: tuple[Server, str]) -> None:
-    server, base = served
-    bot = await make_bot(base)
-    server.mode = "bad"
-    try:
-        with pytest.raises(BadRequest, match=r"(?i)chat not found"):
-            await bot.send_message(42, "hello")
     finally:
         await bot.shutdown()
 
