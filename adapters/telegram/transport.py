@@ -14,7 +14,9 @@ exactly as its httpx transport does.
 
 from __future__ import annotations
 
+import io
 import logging
+import os
 import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +33,7 @@ DEFAULT_WRITE_S = 5.0
 DEFAULT_CONNECT_S = 5.0
 DEFAULT_POOL_S = 1.0
 MEDIA_WRITE_S = 20.0  # uploads get longer to send, as in HTTPXRequest
+MIN_UPLOAD_BPS = 32 * 1024  # the slowest upload still allowed to finish (bytes a second)
 
 
 def env_proxy(url: str) -> str | None:
@@ -45,6 +48,20 @@ def env_proxy(url: str) -> str | None:
     if not parts.hostname or bypass(parts.hostname, proxies):
         return None
     return proxies.get(parts.scheme) or proxies.get("all")
+
+
+def _content_size(content: Any) -> int:
+    """Bytes in one upload part: bytes, or a file object (counted from where it stands)."""
+    if isinstance(content, bytes | bytearray | memoryview):
+        return len(content)
+    try:
+        if isinstance(content, io.BytesIO):
+            end = content.getbuffer().nbytes
+        else:
+            end = os.fstat(content.fileno()).st_size
+        return max(0, int(end) - int(content.tell()))
+    except (AttributeError, OSError, ValueError):
+        return 1  # unknown: an upload all the same (the four timeouts, no size allowance)
 
 
 class AiohttpRequest(BaseRequest):
@@ -89,18 +106,25 @@ class AiohttpRequest(BaseRequest):
         self._session = None
 
     def _timeout(
-        self, read: Any, write: Any, connect: Any, pool: Any, *, media: bool
+        self, read: Any, write: Any, connect: Any, pool: Any, *, upload_bytes: int
     ) -> aiohttp.ClientTimeout:
+        """PTB's four timeouts as aiohttp's: per read, per connect (pool wait included).
+
+        aiohttp has no write timeout. A small body fits the socket's buffer, so only uploads
+        need one: their whole request is bounded instead, by the four timeouts plus the time
+        the body takes at :data:`MIN_UPLOAD_BPS`, so a peer that stops reading cannot hold
+        the call forever while a slow link still gets through.
+        """
         d_read, d_write, d_connect, d_pool = self._timeouts
         read = d_read if isinstance(read, DefaultValue) else read
         connect = d_connect if isinstance(connect, DefaultValue) else connect
         pool = d_pool if isinstance(pool, DefaultValue) else pool
         if isinstance(write, DefaultValue):
-            write = MEDIA_WRITE_S if media else d_write
-        # aiohttp has no write timeout: the whole request is bounded by the sum instead, so a
-        # peer that stops reading an upload cannot hold the call forever.
+            write = MEDIA_WRITE_S if upload_bytes else d_write
+        total = None
         parts = (read, write, connect, pool)
-        total = None if any(p is None for p in parts) else float(sum(parts))
+        if upload_bytes and all(p is not None for p in parts):
+            total = float(sum(parts)) + upload_bytes / MIN_UPLOAD_BPS
         waiting = None if connect is None or pool is None else float(connect + pool)
         return aiohttp.ClientTimeout(
             total=total, connect=waiting, sock_connect=connect, sock_read=read
@@ -131,8 +155,9 @@ class AiohttpRequest(BaseRequest):
             body = form
         elif fields:
             body = fields  # application/x-www-form-urlencoded, as HTTPXRequest sends it
+        size = sum(_content_size(content) for _name, content, _type in files.values())
         timeout = self._timeout(
-            read_timeout, write_timeout, connect_timeout, pool_timeout, media=bool(files)
+            read_timeout, write_timeout, connect_timeout, pool_timeout, upload_bytes=size
         )
         try:
             async with session.request(method, url, data=body, timeout=timeout) as response:

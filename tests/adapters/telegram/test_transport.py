@@ -9,14 +9,16 @@ from __future__ import annotations
 import asyncio
 import io
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 from telegram import Bot
 from telegram.error import BadRequest, NetworkError, TimedOut
+from telegram.request import BaseRequest
 
-from adapters.telegram.transport import AiohttpRequest, env_proxy
+from adapters.telegram.transport import MEDIA_WRITE_S, AiohttpRequest, _content_size, env_proxy
 
 TOKEN = "999999999:AAtransport-token"
 ME = {"id": 999999999, "is_bot": True, "first_name": "Jazz", "username": "jazz_bot"}
@@ -162,3 +164,19 @@ def test_the_environment_names_the_proxy(monkeypatch: pytest.MonkeyPatch) -> Non
     assert env_proxy("http://127.0.0.1:8081") is None  # no http proxy named
     monkeypatch.setenv("NO_PROXY", "api.telegram.org")
     assert env_proxy("https://api.telegram.org") is None
+
+
+def test_an_upload_gets_time_for_its_size(tmp_path: Path) -> None:
+    request = AiohttpRequest(read_timeout=5, write_timeout=5, connect_timeout=5, pool_timeout=1)
+    default = BaseRequest.DEFAULT_NONE
+    small = request._timeout(default, default, default, default, upload_bytes=0)
+    assert small.total is None and small.sock_read == 5  # a plain call: per-read bounds only
+    big = request._timeout(default, default, default, default, upload_bytes=32 * 1024 * 100)
+    assert big.total == 5 + MEDIA_WRITE_S + 5 + 1 + 100  # bounded, with 100 s for the body
+    data = tmp_path / "report.pdf"
+    data.write_bytes(b"x" * 5000)
+    with data.open("rb") as fh:
+        fh.read(1000)
+        assert _content_size(fh) == 4000  # what is left to send
+    assert _content_size(io.BytesIO(b"y" * 300)) == 300
+    assert _content_size(b"z" * 7) == 7
