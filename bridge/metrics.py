@@ -33,7 +33,7 @@ class Metrics:
             registry=r,
         )
         self.runs = Counter(
-            "jazz_bridge_runs", "Finished runs by outcome.", ["outcome"], registry=r
+            "jazz_bridge_runs", "Finished runs by outcome, once recorded.", ["outcome"], registry=r
         )
         self.run_duration = Histogram(
             "jazz_bridge_run_duration_seconds",

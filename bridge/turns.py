@@ -716,8 +716,6 @@ class Engine:
             tool_count=len(result.tool_calls) or sum(run.progress.tools.values()),
         )
         label = "ok" if result.ok else (result.code or "failed")
-        self.metrics.runs.labels(label).inc()
-        self.metrics.run_duration.observe(result.duration_ms / 1000)
         log.info(  # one structured line per turn (JSON keys in the service's log)
             "turn %s: %s in %.1fs",
             msg.thread_key,
@@ -777,6 +775,9 @@ class Engine:
         records = await self._finish_run(run, outcome, state, replies)
         if records is None:
             return  # stopping with the outcome unrecorded: the restart says "interrupted"
+        # counted once recorded: a run in the metrics has its outcome and replies stored
+        self.metrics.runs.labels(label).inc()
+        self.metrics.run_duration.observe(result.duration_ms / 1000)
         if run.reporter is not None:
             await run.reporter.close(line)
         await self.deliverer.deliver(records)
