@@ -110,6 +110,7 @@ class SlackAdapter:
         self._bot_user_id: str | None = None
         self._down: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # answers to button presses
+        self._http: aiohttp.ClientSession | None = None  # the Web API client's connections
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -131,6 +132,12 @@ class SlackAdapter:
                 "slack.allowed_users (e.g. JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS='[\"T0123\"]'), or "
                 "slack.allow_everyone = true"
             )
+        # One session for every Web API call: without one, slack_sdk opens a new session, so a
+        # new connection and TLS handshake to slack.com, for each call (each answer, each
+        # progress edit). Its timeout is the session's, as slack_sdk's own would have been.
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=s.api_timeout_s))
+        self.client.session = self._http
         secret = s.signing_secret.get_secret_value() if s.signing_secret else ""
         app = AsyncApp(
             client=self.client,  # carries the bot token and api_url
@@ -186,6 +193,9 @@ class SlackAdapter:
 
     async def shutdown(self) -> None:
         await self.surface.close()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
     def health(self) -> str | None:
         if self._down is None and self._socket is not None:

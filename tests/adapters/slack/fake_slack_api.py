@@ -35,6 +35,7 @@ class Call:
     status: int
     at: float = field(default_factory=time.monotonic)
     data: bytes | None = None  # an upload's bytes
+    peer: Any = None  # the client's (host, port): one per connection it opened
 
 
 @dataclass
@@ -204,7 +205,8 @@ class FakeSlackApi:
         result = handler(args)
         if failure is not None:  # the work is done; the caller never hears of it
             return await self._fail(request, method, args, failure)
-        self.calls.append(Call(method, args, 200 if result.get("ok") else 400))
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.calls.append(Call(method, args, 200 if result.get("ok") else 400, peer=peer))
         return web.json_response(result)
 
     async def _fail(

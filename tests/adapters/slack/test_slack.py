@@ -296,6 +296,10 @@ async def test_a_retry_storm_runs_each_event_once_and_replies_in_the_thread(
         assert {m.thread_key for m in done} == {key} and len(done) == 2
         assert len(posts(fake, "summarize yesterday")) == 1
         assert len(posts(fake, "follow-ups with owners")) == 1
+        # the Web API calls share kept-alive connections (no new TLS handshake per call)
+        answered = [c for c in fake.calls if c.status == 200 and c.peer is not None]
+        assert len(answered) >= 3
+        assert len({c.peer for c in answered}) < len(answered), [c.peer for c in answered]
         # a plain message in a thread the bot is not part of is not a turn
         other = message("Ev0OTHER", "just humans", ts="1764669700.000100", thread_ts="17.0")
         assert await event(app.port, other) == 200
