@@ -27,7 +27,7 @@ from provisioning.sandbox import resolve_isolation
 from .config import CoreSettings
 from .errors import AdapterError
 from .metrics import Metrics
-from .operators import Operators
+from .operators import OPS_SIZE_TTL_S, Operators
 from .ops import add_ops_routes
 from .ports import Adapter, AdapterContext, AdapterSpec
 from .retention import Sweeper
@@ -172,7 +172,12 @@ class GatewayApp:
         )
         for adapter in self.adapters:
             adapter.add_routes(self.web_app)
-        operators = Operators(self.store, self.provisioned.root.layout, self.provisioned.isolated)
+        operators = Operators(
+            self.store,
+            self.provisioned.root.layout,
+            self.provisioned.isolated,
+            size_ttl_s=OPS_SIZE_TTL_S,
+        )
         if self.settings.ops.token is not None:
             add_ops_routes(self.web_app, operators, self.settings.ops.token)
         self.sweeper = Sweeper(

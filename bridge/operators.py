@@ -13,7 +13,7 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,8 @@ from .progress import cost_text
 from .store import ConversationRecord, Store
 
 RUN_SCAN_LIMIT = 100_000
+LISTING_CONCURRENCY = 4  # homes summed at once for a listing (each a walk in a thread)
+OPS_SIZE_TTL_S = 300.0  # the /ops page reuses a home's measured size this long
 LIST_COLUMNS = (
     "threadKey",
     "platform",
@@ -134,6 +136,10 @@ class Operators:
     store: Store
     layout: Layout
     isolated: bool
+    # How long a home's measured size is reused (the /ops page; 0 measures every time, as
+    # the one-shot CLI does): measuring walks the whole home, and the page lists them all.
+    size_ttl_s: float = 0.0
+    _sizes: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
 
     async def find(self, ref: str) -> ConversationRecord | None:
         conversations = await self.store.conversations()
@@ -152,12 +158,30 @@ class Operators:
         name = Path(ref.rstrip("/")).name
         return next((c for c in conversations if c.home == name), None)
 
-    def _account(self, home: str) -> str:
+    def _account(self, home: str, names: dict[str, str] | None = None) -> str:
         if not self.isolated:
             return "(gateway's own)"
-        return account_names(self.layout).get(home, "(none)")
+        return (names if names is not None else account_names(self.layout)).get(home, "(none)")
 
-    async def summary(self, conv: ConversationRecord, *, size: bool = True) -> dict[str, Any]:
+    async def _size(self, path: Path) -> int:
+        key = str(path)
+        now = time.monotonic()
+        cached = self._sizes.get(key)
+        if cached is not None and now - cached[0] < self.size_ttl_s:
+            return cached[1]
+        used = await asyncio.to_thread(disk_usage, path)
+        if self.size_ttl_s > 0:
+            self._sizes[key] = (now, used)
+        return used
+
+    async def summary(
+        self,
+        conv: ConversationRecord,
+        *,
+        size: bool = True,
+        accounts: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """One conversation's row; ``accounts`` (from :func:`account_names`) saves a read."""
         runs = await self.store.runs(conv.id, limit=RUN_SCAN_LIMIT)
         done = [r.outcome for r in runs if r.outcome is not None]
         known = sum(o.cost_usd for o in done if o.cost_known)
@@ -169,12 +193,12 @@ class Operators:
         elif archived:
             used = (await asyncio.to_thread(tarball_path(self.layout, conv.home).stat)).st_size
         else:
-            used = await asyncio.to_thread(disk_usage, path)
+            used = await self._size(path)
         return {
             "threadKey": conv.thread_key,
             "platform": conv.platform,
             "home": str(path),
-            "account": self._account(conv.home),
+            "account": self._account(conv.home, accounts),
             "created": _iso(conv.created_at),
             "lastActive": _iso(conv.last_active_at),
             "epoch": conv.epoch,
@@ -189,14 +213,20 @@ class Operators:
     async def listing(
         self, *, platform: str | None = None, active_since: float | None = None
     ) -> list[dict[str, Any]]:
-        rows = []
-        for conv in await self.store.conversations():
-            if platform and conv.platform != platform:
-                continue
-            if active_since and conv.last_active_at < active_since:
-                continue
-            rows.append(await self.summary(conv))
-        return rows
+        wanted = [
+            conv
+            for conv in await self.store.conversations()
+            if not (platform and conv.platform != platform)
+            and not (active_since and conv.last_active_at < active_since)
+        ]
+        accounts = await asyncio.to_thread(account_names, self.layout) if self.isolated else {}
+        bound = asyncio.Semaphore(LISTING_CONCURRENCY)
+
+        async def row(conv: ConversationRecord) -> dict[str, Any]:
+            async with bound:
+                return await self.summary(conv, accounts=accounts)
+
+        return list(await asyncio.gather(*(row(c) for c in wanted)))
 
     async def show(self, conv: ConversationRecord, recent: int = 10) -> dict[str, Any]:
         data = await self.summary(conv)

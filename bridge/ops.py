@@ -25,7 +25,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from .errors import ConfigError
-from .operators import LIST_COLUMNS, Operators
+from .operators import LIST_COLUMNS, OPS_SIZE_TTL_S, Operators
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,8 @@ class OpsView:
         body = (
             "<h1>Conversations</h1>"
             f"<p>{len(rows)} conversation(s). Cost is known costUSD; unpricedRuns are runs "
-            "whose cost the runner did not report.</p>" + _table(LIST_COLUMNS, cells)
+            "whose cost the runner did not report; sizeBytes is measured at most every "
+            f"{OPS_SIZE_TTL_S / 60:.0f} minutes.</p>" + _table(LIST_COLUMNS, cells)
         )
         return _page("jazz-bridge: conversations", body)
 

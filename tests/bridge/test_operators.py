@@ -16,9 +16,10 @@ from conftest import remove_accounts
 from gateway_harness import gateway_env, running_gateway
 
 from bridge.model import Inbound, InboxState
-from bridge.operators import LIST_COLUMNS, key_from_link, parse_since
+from bridge.operators import LIST_COLUMNS, Operators, key_from_link, parse_since
 from bridge.store import RunOutcome, SqliteStore
 from provisioning import naming
+from provisioning.layout import Layout
 
 SLACK_KEY = "slack:T0TEAM0001:C0CHAN0001:1764669600.000100"
 TELEGRAM_KEY = "telegram:-1009876543210:42"
@@ -281,3 +282,31 @@ async def test_archive_and_restore_from_the_cli(env: dict[str, str]) -> None:
     assert not Path(row["tarball"]).exists()
     not_archived = cli(env, "homes", "restore", "web:arch")
     assert not_archived.returncode == 2 and "is not archived" in not_archived.stderr
+
+
+async def test_the_ops_listing_reuses_a_measured_size(
+    env: dict[str, str],
+) -> None:
+    async with running_gateway(env) as (_, client):
+        for thread in ("size-a", "size-b"):
+            await client.post(thread, "hello")
+            await client.wait_role(thread, "assistant")
+    layout = Layout(Path(env["JAZZ_BRIDGE_ROOT"]))
+    store = SqliteStore(layout.database)
+    await store.open()
+    try:
+        cached = Operators(store, layout, os.geteuid() == 0, size_ttl_s=3600)
+        fresh = Operators(store, layout, os.geteuid() == 0)  # the CLI: measured every time
+        before = {r["threadKey"]: r for r in await cached.listing()}
+        assert len(before) == 2
+        home = Path(before["web:size-a"]["home"])
+        (home / "grown.bin").write_bytes(b"x" * 200_000)
+        again = {r["threadKey"]: r["sizeBytes"] for r in await cached.listing()}
+        now = {r["threadKey"]: r["sizeBytes"] for r in await fresh.listing()}
+        assert again["web:size-a"] == before["web:size-a"]["sizeBytes"]  # reused
+        assert now["web:size-a"] >= before["web:size-a"]["sizeBytes"] + 200_000  # measured
+        if os.geteuid() == 0:  # one account per home, names read from the uid map once
+            assert {r["account"] for r in before.values()} != {"(none)"}
+            assert len({r["account"] for r in before.values()}) == 2
+    finally:
+        await store.close()
