@@ -200,7 +200,7 @@ class SqliteStore(Store):
         self.file_mode = file_mode
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None  # touched only on the worker thread
-        # group commit of intake writes (see _grouped_tx)
+        # group commit of every write (see _tx)
         self._group: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
         self._committer: asyncio.Task[None] | None = None
 
@@ -228,23 +228,14 @@ class SqliteStore(Store):
         return StoreError(f"store {self.path}: {exc}")
 
     async def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` as one write, committed before this returns (see :meth:`_grouped_tx`).
-
-        Every write goes through the group commit: a turn makes several (the run started,
-        its outcome and replies, each reply sent) and intake makes one per message; with
-        ``synchronous=FULL`` each COMMIT waits for the disk, so writes made at the same time
-        share one instead of queueing for one each.
-        """
-        return await self._grouped_tx(fn)
-
-    async def _grouped_tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Like :meth:`_tx`, but writes arriving while a commit is on the disk share the next.
+        """Run ``fn`` as one write; writes arriving while a commit is on the disk share the next.
 
         Group commit: with ``synchronous=FULL`` every COMMIT waits for the disk, so one
-        transaction per inbound message made intake as slow as the disk's flush (about 100
-        a second on a busy disk). Each write runs in a savepoint of its own (one that fails
-        fails alone); its caller hears back only after the COMMIT that holds it returned,
-        so nothing is acknowledged before it is on disk.
+        transaction per write made intake as slow as the disk's flush (about 100 a second on
+        a busy disk), and a turn makes several (the run started, its outcome and replies,
+        each reply sent). Each write runs in a savepoint of its own (one that fails fails
+        alone); its caller hears back only after the COMMIT that holds it returned, so
+        nothing is acknowledged before it is on disk.
         """
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._group.append((fn, future))
@@ -664,7 +655,7 @@ class SqliteStore(Store):
             ).fetchone()
             return self._message(row), True
 
-        return await self._grouped_tx(work)
+        return await self._tx(work)
 
     async def get_message(self, message_id: int) -> MessageRecord | None:
         def work(conn: sqlite3.Connection) -> MessageRecord | None:
