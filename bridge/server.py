@@ -1,12 +1,22 @@
-"""The gateway's one aiohttp application: health, readiness, metrics, and adapters' routes."""
+"""The gateway's one aiohttp application: health, readiness, metrics, and adapters' routes.
+
+Two middlewares every route shares: a body over the size limit is counted per platform
+(aiohttp refuses it with 413), and a write the store refused (a full disk, an unusable
+database) answers 507/503 with a plain reason instead of a 500 and a traceback: nothing was
+acknowledged, so the platform delivers it again.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from .metrics import Metrics
+from .store import StoreError, StoreFull
+
+log = logging.getLogger(__name__)
 
 HealthCheck = Callable[[], dict[str, str | None]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -35,7 +45,21 @@ def build_app(
             metrics.auth_failures.labels(_platform(request.path), "too_big").inc()
             raise
 
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[count_too_big])
+    @web.middleware
+    async def not_stored(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """A write the store refused: say so; the sender (a platform, a person) sends again."""
+        try:
+            return await handler(request)
+        except StoreFull as exc:
+            log.error("%s %s: refused, not stored: %s", request.method, request.path, exc)
+            text = "the gateway's disk is full: this was NOT stored; send it again later"
+            return web.Response(status=507, text=text)
+        except StoreError as exc:
+            log.error("%s %s: refused, not stored: %s", request.method, request.path, exc)
+            text = "the gateway cannot store this right now: it was NOT stored; send it again"
+            return web.Response(status=503, text=text)
+
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[count_too_big, not_stored])
 
     async def healthz(_: web.Request) -> web.Response:
         transports = health()

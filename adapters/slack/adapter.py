@@ -1,11 +1,16 @@
 """The Slack adapter: bolt's ``AsyncApp`` on the gateway's aiohttp server, or Socket Mode.
 
-Intake: bolt verifies the signature (5-minute window) and answers ``url_verification``;
-the event listener only converts the event to an :class:`~bridge.model.Inbound` and awaits
-``gateway.submit`` (``process_before_response=True``), so Slack's 2xx comes after the inbox
-write, and a refusal (the gateway is stopping) answers 503 so Slack delivers again. The
-dedupe key is the envelope's ``event_id``: a redelivery is acked and never runs twice.
-Button presses are acked at once and handled by a lazy listener.
+Intake over HTTP: :mod:`.guard` checks the signature (raw bytes, constant time, Slack's
+5-minute window) and the body's shape first. A message event (``event_callback``) is then
+converted to an :class:`~bridge.model.Inbound` and handed to ``gateway.submit`` directly:
+bolt's dispatch would add only a per-request Web API client, middleware and matchers around
+the same converter. Everything else (``url_verification``, button presses, ``/jazz``) goes
+through bolt, and so does everything in Socket Mode, where the same listener converts events
+(``process_before_response=True``). Either way Slack's 2xx comes after the inbox write; a
+refusal (the gateway is stopping) answers 503, a store that cannot write 507/503 (the
+server's middleware), so Slack delivers again. The dedupe key is the envelope's
+``event_id``: a redelivery is acked and never runs twice. Button presses are acked at once
+and answered in a tracked task.
 """
 
 from __future__ import annotations
@@ -229,6 +234,14 @@ class SlackAdapter:
             log.warning("slack: refused a signed request: %s", problem)
             self._count("malformed")
             return web.Response(status=400, text=f"not a Slack request: {problem}")
+        if body.get("type") == "event_callback":
+            # A message event needs no more of bolt than a converter: the bot's id is known
+            # since start() (else in the payload's authorizations), self events are dropped
+            # by _convert, and nothing answers in the ack. Routing it through bolt's dispatch
+            # (a Web API client built per request, middleware, matchers, kwargs) was most of
+            # the CPU an event cost. Everything else (url_verification, buttons, /jazz) and
+            # socket mode go through bolt.
+            return _event_response(await self._on_event(body, None))
         # the text is the bytes just checked (never re-decoded with a charset it names)
         bolt_request = AsyncBoltRequest(
             body=raw.decode("utf-8"), query=request.query_string, headers=dict(request.headers)
@@ -442,6 +455,12 @@ class SlackAdapter:
             return None
         thread_ts = latest.thread_key[len(prefix) :]
         return latest.thread_key, {"team": team, "channel": channel, "thread_ts": thread_ts}
+
+
+def _event_response(refusal: BoltResponse | None) -> web.Response:
+    if refusal is None:
+        return web.Response(status=200)
+    return web.Response(status=refusal.status, text=refusal.body)
 
 
 def _obj(value: Any) -> dict[str, Any]:

@@ -47,6 +47,7 @@ __all__ = [
     "free_port",
     "install_runner",
     "platform_env",
+    "platform_settings",
     "running_fakes",
     "wait_until",
 ]
@@ -88,23 +89,25 @@ def platform_env(
     **extra: str,
 ) -> dict[str, str]:
     """The gateway with Slack (HTTP mode) and Telegram (webhook mode) against the fakes."""
-    env = gateway_env(
-        root,
-        fake_dir,
-        uid_range,
-        JAZZ_BRIDGE_SLACK__BOT_TOKEN=SLACK_BOT_TOKEN,
-        JAZZ_BRIDGE_SLACK__SIGNING_SECRET=SLACK_SECRET,
-        JAZZ_BRIDGE_SLACK__API_URL=slack.api_url,
-        JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE="true",
-        JAZZ_BRIDGE_TELEGRAM__TOKEN=TG_TOKEN,
-        JAZZ_BRIDGE_TELEGRAM__API_URL=telegram.api_url,
-        JAZZ_BRIDGE_TELEGRAM__WEBHOOK_URL="https://bridge.example/telegram/webhook",
-        JAZZ_BRIDGE_TELEGRAM__WEBHOOK_SECRET=TG_SECRET,
-        JAZZ_BRIDGE_TELEGRAM__ALLOW_EVERYONE="true",
-        JAZZ_BRIDGE_TELEGRAM__MIN_SEND_INTERVAL_S="0",
-    )
+    env = gateway_env(root, fake_dir, uid_range, **platform_settings(slack, telegram))
     env.update(extra)
     return env
+
+
+def platform_settings(slack: FakeSlackApi, telegram: FakeBotApi) -> dict[str, str]:
+    """The settings that switch on Slack (HTTP mode) and Telegram (webhook mode) on the fakes."""
+    return {
+        "JAZZ_BRIDGE_SLACK__BOT_TOKEN": SLACK_BOT_TOKEN,
+        "JAZZ_BRIDGE_SLACK__SIGNING_SECRET": SLACK_SECRET,
+        "JAZZ_BRIDGE_SLACK__API_URL": slack.api_url,
+        "JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE": "true",
+        "JAZZ_BRIDGE_TELEGRAM__TOKEN": TG_TOKEN,
+        "JAZZ_BRIDGE_TELEGRAM__API_URL": telegram.api_url,
+        "JAZZ_BRIDGE_TELEGRAM__WEBHOOK_URL": "https://bridge.example/telegram/webhook",
+        "JAZZ_BRIDGE_TELEGRAM__WEBHOOK_SECRET": TG_SECRET,
+        "JAZZ_BRIDGE_TELEGRAM__ALLOW_EVERYONE": "true",
+        "JAZZ_BRIDGE_TELEGRAM__MIN_SEND_INTERVAL_S": "0",
+    }
 
 
 # -- deliveries --------------------------------------------------------------------------------

@@ -5,7 +5,9 @@
 * ``user_version`` newer than this code -> ``jazz-bridge serve`` refuses to start with a
   clear error and leaves the file byte for byte as it was;
 * a tiny tmpfs mounted over ``<root>/state`` and filled (root) -> posting gets a clear 507
-  and nothing is acknowledged that was not stored; once space is freed it works again.
+  and nothing is acknowledged that was not stored; once space is freed it works again. The
+  same for Slack's and Telegram's webhooks: a refused delivery is a 507 (not a 500), so the
+  platform delivers it again, and that delivery runs once space is back.
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ from faults_support import (
     nothing_left,
     running_gateway,
     wait_until,
+)
+from platforms_support import (
+    Outcome,
+    deliver_slack,
+    deliver_telegram,
+    platform_settings,
+    running_fakes,
+    slack_event,
+    slack_shown,
+    telegram_shown,
+    tg_update,
 )
 
 from bridge.store import SCHEMA_VERSION
@@ -211,3 +224,92 @@ async def test_a_run_that_ends_while_the_disk_is_full_is_answered_once_space_is_
             return any(m["role"] in ("assistant", "error") for m in msgs)
 
         await wait_until(replied, 10, "a reply to the run that ended on a full disk")
+
+
+async def test_a_full_state_disk_refuses_platform_deliveries_until_space_is_back(
+    env: dict[str, str], tiny_state: Path, fake_dir: Path
+) -> None:
+    channel, thread, chat = "C0DISKFULL", "1764669600.000100", 700_000_001
+    async with running_fakes() as (slack, telegram):
+        penv = {**env, **platform_settings(slack, telegram)}
+        async with running_gateway(penv) as (_, client):
+            session, base = client.session, client.base
+            sent: dict[str, dict[str, Any]] = {}  # the Slack events, by event id
+            updates: dict[int, dict[str, Any]] = {}
+
+            def slack_body(n: int, text: str) -> dict[str, Any]:
+                event_id = f"Ev0DISK{n:04d}"
+                ts = thread if n == 0 else f"1764669600.{100 + n:06d}"
+                sent[event_id] = slack_event(
+                    event_id, text, channel=channel, ts=ts, thread_ts=None if n == 0 else thread
+                )
+                return sent[event_id]
+
+            def tg_body(n: int, text: str) -> dict[str, Any]:
+                updates[n] = tg_update(1000 + n, chat, 10 + n, text)
+                return updates[n]
+
+            def answered(shown: list[Any], text: str) -> int:
+                return sum(1 for s in shown if s.text.startswith(f"ok: {text}"))
+
+            async def both_answered(texts: list[str]) -> bool:
+                on_slack = slack_shown(slack, channel, thread)
+                on_telegram = telegram_shown(telegram, chat)
+                return all(answered(on_slack, f"slack {t}") >= 1 for t in texts) and all(
+                    answered(on_telegram, f"telegram {t}") >= 1 for t in texts
+                )
+
+            assert (await deliver_slack(session, base, slack_body(0, "slack warm"), 0))[0] is (
+                Outcome.ACKED
+            )
+            assert (await deliver_telegram(session, base, tg_body(0, "telegram warm")))[0] is (
+                Outcome.ACKED
+            )
+            await wait_until(lambda: both_answered(["warm"]), 30, "both warm-up answers")
+
+            filler = fill(tiny_state)
+            acked: list[str] = []  # texts acknowledged while the disk was full
+            refused: dict[str, tuple[int, Any]] = {}  # platform -> (status, the delivery)
+            for i in range(1, 41):  # SQLite may still have room in pages it holds: bounded
+                outcome, status = await deliver_slack(
+                    session, base, slack_body(i, f"slack full {i}"), 0
+                )
+                if outcome is Outcome.ACKED:
+                    acked.append(f"slack full {i}")
+                    continue
+                refused["slack"] = (status, sent[f"Ev0DISK{i:04d}"])
+                break
+            for i in range(1, 41):
+                outcome, status = await deliver_telegram(
+                    session, base, tg_body(i, f"telegram full {i}")
+                )
+                if outcome is Outcome.ACKED:
+                    acked.append(f"telegram full {i}")
+                    continue
+                refused["telegram"] = (status, updates[i])
+                break
+            print(f"\nfull disk: acked {acked}, refused {[(k, v[0]) for k, v in refused.items()]}")
+            assert {k: v[0] for k, v in refused.items()} == {"slack": 507, "telegram": 507}
+
+            filler.unlink()
+            # the platforms deliver the refused ones again (Slack with its retry header)
+            slack_again = await deliver_slack(session, base, refused["slack"][1], 1)
+            tg_again = await deliver_telegram(session, base, refused["telegram"][1])
+            assert slack_again[0] is Outcome.ACKED and tg_again[0] is Outcome.ACKED
+            again = [
+                refused["slack"][1]["event"]["text"],
+                refused["telegram"][1]["message"]["text"],
+            ]
+
+            async def all_answered() -> bool:
+                on_slack = slack_shown(slack, channel, thread)
+                on_telegram = telegram_shown(telegram, chat)
+                shown = on_slack + on_telegram
+                return all(answered(shown, t) >= 1 for t in acked + again)
+
+            await wait_until(all_answered, 30, "answers to everything acknowledged")
+            await nothing_left(fake_dir)
+            shown = slack_shown(slack, channel, thread) + telegram_shown(telegram, chat)
+            assert all(answered(shown, t) == 1 for t in acked + again), [s.text for s in shown]
+            prompts = [n.get("prompt") for n in notes(fake_dir) if n.get("event") == "start"]
+            assert all(prompts.count(t) == 1 for t in acked + again), prompts
