@@ -4,9 +4,10 @@ Baseline: a bare aiohttp server (its own process) whose only route reads the bod
 answers 200. Measured: ``jazz-bridge serve`` (its own process) with the Slack adapter in
 HTTP mode against the fake Slack Web API (its own process), every event's signature and
 shape checked, converted and persisted in SQLite before its 200 (message events no longer
-pass through bolt's dispatch, see ``adapters/slack/adapter.py``); the runner is ``bench/instant_runner.sh``, one run
-at a time, all events in one DM conversation whose queue is unbounded for the run (the
-gateway has no "runs off" switch: runs happen behind the intake, as they would).
+pass through bolt's dispatch, see ``adapters/slack/adapter.py``); the runner is
+``bench/instant_runner.sh``, one run at a time, all events in one DM conversation whose
+queue is unbounded for the run (the gateway has no "runs off" switch: runs happen behind
+the intake, as they would).
 Also measured, for scale: bolt alone (its own process): slack-bolt's ``AsyncApp`` on aiohttp
 with a listener that does nothing: what the gateway's intake cost while every event went
 through bolt, and what it still costs a button press or a slash command.

@@ -40,6 +40,7 @@ ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 MAX_TOAST = 200  # answerCallbackQuery's text limit
 MAX_BACKOFF_S = 30.0
 SEND_POOL = 256  # keep-alive connections for every method but getUpdates (PTB's default)
+OFFSET_HINT_EVERY_S = 1.0  # the stored polling offset (a restart hint) at most once a second
 
 
 class TelegramAdapter:
@@ -71,6 +72,7 @@ class TelegramAdapter:
         self._offset_due: int | None = None
         self._initialized = False
         self._stopping = False
+        self._stopped = asyncio.Event()  # ends the offset writer's pause at stop
         self._error: str | None = None
 
     @property
@@ -137,10 +139,12 @@ class TelegramAdapter:
         with contextlib.suppress(TelegramError):
             await self.bot.delete_webhook()  # getUpdates is refused while a webhook is set
         self._stopping = False
+        self._stopped.clear()
         self._poller = asyncio.create_task(self._poll(), name="telegram-polling")
 
     async def stop(self) -> None:
         self._stopping = True
+        self._stopped.set()
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -371,7 +375,8 @@ class TelegramAdapter:
         update is in the inbox. The stored copy only spares a restart from being handed
         updates it already has: one that lags behind (a crash before it was written) costs
         nothing, since Telegram keeps no confirmed update to hand out again. So no turn
-        waits for this write.
+        waits for this write, and it is written at most once a second (and at stop): one
+        write per batch was a disk flush that the next run's start write queued behind.
         """
         self._offset_due = offset
         if self._offset_writer is None or self._offset_writer.done():
@@ -388,3 +393,5 @@ class TelegramAdapter:
                 log.warning("telegram: could not store the polling offset %d: %s", value, exc)
                 return
             written = value
+            with contextlib.suppress(TimeoutError):  # a pace, ended early by stop()
+                await asyncio.wait_for(self._stopped.wait(), OFFSET_HINT_EVERY_S)
