@@ -1,4 +1,8 @@
-"""Shared fixtures: throwaway operator groups and uid ranges for real-account tests (root)."""
+"""Shared fixtures: throwaway operator groups and uid ranges for real-account tests (root).
+
+Helpers tests import live in ``accounts_support`` (a ``conftest`` module cannot be imported
+by name once subdirectories have conftest files of their own).
+"""
 
 from __future__ import annotations
 
@@ -8,48 +12,15 @@ import pwd
 import secrets
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-IS_ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (real accounts and groups)")
-
-
-@dataclass(frozen=True)
-class OperatorGroup:
-    name: str
-    gid: int
-    member: str  # a throwaway human operator account in the group
-    member_uid: int
-
-
-def _free_range(span: int = 200) -> tuple[int, int]:
-    """A uid range nothing on this host uses (tests must never take over real accounts)."""
-    for _ in range(100):
-        lo = 71000 + secrets.randbelow(80) * 100
-        if all(_uid_free(u) for u in range(lo, lo + span)):
-            return lo, lo + span - 1
-    raise RuntimeError("no free uid range for tests")
-
-
-def _uid_free(uid: int) -> bool:
-    try:
-        pwd.getpwuid(uid)
-        return False
-    except KeyError:
-        pass
-    try:
-        grp.getgrgid(uid)
-        return False
-    except KeyError:
-        return True
+from accounts_support import IS_ROOT, OperatorGroup, free_uid_range, remove_accounts
 
 
 @pytest.fixture
 def uid_range() -> tuple[int, int]:
-    return _free_range()
+    return free_uid_range()
 
 
 @pytest.fixture
@@ -77,21 +48,6 @@ def operator_group() -> Iterator[OperatorGroup]:
     finally:
         subprocess.run(["userdel", member], check=False, capture_output=True)
         subprocess.run(["groupdel", name], check=False, capture_output=True)
-
-
-def remove_accounts(map_path: Path) -> None:
-    """Delete every account a test's uid map recorded (throwaway accounts)."""
-    import json
-
-    try:
-        data = json.loads(map_path.read_text())
-    except (OSError, ValueError):
-        return
-    for entry in data.get("accounts", {}).values():
-        name = entry.get("name")
-        if isinstance(name, str) and name.startswith("jb-"):
-            subprocess.run(["userdel", name], check=False, capture_output=True)
-            subprocess.run(["groupdel", name], check=False, capture_output=True)
 
 
 @pytest.fixture

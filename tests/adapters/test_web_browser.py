@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import remove_accounts
+from accounts_support import remove_accounts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bridge"))
 from gateway_harness import gateway_env, running_gateway

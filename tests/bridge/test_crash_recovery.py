@@ -19,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from conftest import remove_accounts
+from accounts_support import remove_accounts
 from gateway_harness import Client, gateway_env, wait_until
 
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import remove_accounts
+from accounts_support import remove_accounts
 from fake_daemon import OPERATOR, SUCCESS, TOKEN, WAIT, FakeDaemon, FakeRun, serving
 from gateway_harness import gateway_env, running_gateway, wait_until
 

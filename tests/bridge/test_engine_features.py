@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import plain_surface
 import pytest
-from conftest import remove_accounts
+from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
 
 from bridge.model import Inbound

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import remove_accounts
+from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway
 
 from bridge.model import Inbound, InboxState

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from conftest import remove_accounts
+from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway
 
 from bridge.operators import LIST_COLUMNS

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import remove_accounts
+from accounts_support import remove_accounts
 from gateway_harness import Client, gateway_env, running_gateway, use_reference_runner, wait_until
 
 LIMIT_TEXT = "Today's spending limit for this gateway is reached"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import plain_surface
 import pytest
-from conftest import remove_accounts
+from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
 
 from bridge.model import Inbound, InboxState, Outgoing, ReplyKind, ReplyState, ReplyTarget

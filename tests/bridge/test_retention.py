@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import remove_accounts
+from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
 
 from bridge.cli import setup_logging

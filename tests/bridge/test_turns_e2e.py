@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import IS_ROOT, remove_accounts
+from accounts_support import IS_ROOT, remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
 
 

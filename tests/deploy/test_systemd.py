@@ -31,7 +31,7 @@ import aiohttp
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bridge"))
-from conftest import OperatorGroup, needs_root
+from accounts_support import OperatorGroup, needs_root
 from gateway_harness import Client, gateway_env, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

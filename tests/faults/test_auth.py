@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import needs_root, remove_accounts
+from accounts_support import needs_root, remove_accounts
 from prometheus_client.parser import text_string_to_metric_families
 
 HERE = Path(__file__).resolve().parent

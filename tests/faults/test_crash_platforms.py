@@ -43,7 +43,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import remove_accounts
+from accounts_support import remove_accounts
 from platforms_support import (
     FakeBotApi,
     FakeSlackApi,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import IS_ROOT, remove_accounts
+from accounts_support import IS_ROOT, remove_accounts
 from faults_support import (
     gateway_env,
     install_runner,

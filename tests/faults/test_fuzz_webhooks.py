@@ -43,7 +43,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 import pytest
-from conftest import _free_range, needs_root, remove_accounts
+from accounts_support import free_uid_range, needs_root, remove_accounts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -162,7 +162,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         env = gateway_env(
             root,
             fake_dir,
-            _free_range(400),
+            free_uid_range(400),
             JAZZ_BRIDGE_SLACK__BOT_TOKEN=SLACK_TOKEN,
             JAZZ_BRIDGE_SLACK__SIGNING_SECRET=SLACK_SECRET,
             JAZZ_BRIDGE_SLACK__API_URL=slack.api_url,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import needs_root, remove_accounts
+from accounts_support import needs_root, remove_accounts
 from faults_support import gateway_env, install_runner, serve
 
 from provisioning import naming

@@ -31,7 +31,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import remove_accounts
+from accounts_support import remove_accounts
 from faults_support import running_gateway
 from platforms_support import (
     FakeBotApi,

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import OperatorGroup, needs_root
+from accounts_support import OperatorGroup, needs_root
 
 from provisioning import naming
 from provisioning.accounts import AccountRegistry
@@ -99,7 +99,7 @@ def test_foreign_uid_and_name_are_never_taken_over(
             assert home2.account.name != home.account.name
             assert home2.account.uid != home.account.uid
         finally:
-            from conftest import remove_accounts
+            from accounts_support import remove_accounts
 
             remove_accounts(other_root / "state" / "accounts.json")
     finally:

@@ -9,7 +9,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import OperatorGroup, needs_root
+from accounts_support import OperatorGroup, needs_root
 
 from provisioning import naming
 from provisioning.accounts import AccountRegistry

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import needs_root
+from accounts_support import needs_root
 
 NOBODY = 65534
 

@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from conftest import OperatorGroup, needs_root
+from accounts_support import OperatorGroup, needs_root
 
 from provisioning.accounts import AccountRegistry
 from provisioning.homes import Homes

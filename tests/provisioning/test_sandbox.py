@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import OperatorGroup, needs_root
+from accounts_support import OperatorGroup, needs_root
 
 from provisioning.accounts import AccountRegistry
 from provisioning.errors import IsolationUnavailable

@@ -10,28 +10,24 @@ import hmac
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
 import pytest
-from conftest import remove_accounts
 from slack_sdk.signature import SignatureVerifier
+from slack_support import APP_TOKEN, BOT_TOKEN, SECRET
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_slack_api import Call, FakeSlackApi
-from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
+from gateway_harness import running_gateway, use_reference_runner, wait_until
 
 from bridge.errors import AdapterError
 from bridge.model import InboxState
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "slack"
-BOT_TOKEN = "xoxb-0000000000-test-token-for-the-fake"
-APP_TOKEN = "xapp-1-A0APP00001-test-app-token"
-SECRET = "0123456789abcdef0123456789abcdef"
 TEAM, CHANNEL, DM = "T0TEAM0001", "C0CHAN0001", "D0DIRECT001"
 ADA, GRACE, BOT = "U0USER0001", "U0USER0002", "U0BOT00001"
 MENTION_TS = "1764669600.000100"
@@ -43,29 +39,10 @@ def vector(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeSlackApi]:
-    api = FakeSlackApi(BOT_TOKEN, app_token=APP_TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
-def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeSlackApi
-) -> Iterator[dict[str, str]]:
-    env = gateway_env(
-        tmp_path / "root",
-        fake_dir,
-        uid_range,
-        JAZZ_BRIDGE_SLACK__BOT_TOKEN=BOT_TOKEN,
-        JAZZ_BRIDGE_SLACK__SIGNING_SECRET=SECRET,
-        JAZZ_BRIDGE_SLACK__API_URL=fake.api_url,
-        JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE="true",
-    )
+def env(env: dict[str, str], fake_dir: Path) -> dict[str, str]:
+    """The package's environment (conftest.py) with the bundled reference runner."""
     use_reference_runner(env, fake_dir)
-    yield env
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+    return env
 
 
 def sign(body: bytes, *, secret: str = SECRET, timestamp: int | None = None) -> dict[str, str]:

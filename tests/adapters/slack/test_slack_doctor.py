@@ -7,48 +7,18 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import pytest
-from conftest import remove_accounts
+from slack_support import APP_TOKEN, BOT_TOKEN, SECRET
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_slack_api import FakeSlackApi
-from gateway_harness import gateway_env
 
 from adapters.slack.doctor import APP_AUTH_FIX, BOT_AUTH_FIX, NETWORK_FIX, check
 from adapters.slack.spec import SlackSettings
 
-BOT_TOKEN = "xoxb-0000000000-doctor-token-for-the-fake"
-APP_TOKEN = "xapp-1-A0APP00001-doctor-app-token"
-SECRET = "0123456789abcdef0123456789abcdef"
 WRONG = "xoxb-0000000000-a-token-the-fake-refuses"
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlackApi]:
-    api = FakeSlackApi(BOT_TOKEN, app_token=APP_TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
-def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeSlackApi
-) -> Iterator[dict[str, str]]:
-    yield gateway_env(
-        tmp_path / "root",
-        fake_dir,
-        uid_range,
-        JAZZ_BRIDGE_SLACK__BOT_TOKEN=BOT_TOKEN,
-        JAZZ_BRIDGE_SLACK__SIGNING_SECRET=SECRET,
-        JAZZ_BRIDGE_SLACK__API_URL=fake.api_url,
-        JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE="true",
-    )
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 async def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

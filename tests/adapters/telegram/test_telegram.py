@@ -7,12 +7,10 @@ import asyncio
 import contextlib
 import copy
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import remove_accounts
 from tg_support import (
     ADA,
     BOT,
@@ -22,7 +20,6 @@ from tg_support import (
     GROUP,
     GROUP_CHAT,
     SECRET,
-    TOKEN,
     Call,
     FakeBotApi,
     post,
@@ -31,7 +28,6 @@ from tg_support import (
     sample,
     sent_to,
     stored,
-    telegram_env,
     update,
     utf16,
     vector,
@@ -43,22 +39,6 @@ from bridge.model import InboxState
 
 # PTB 22 itself warns when it builds a RetryAfter (its type becomes timedelta in v23)
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    api = FakeBotApi(TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
-def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeBotApi
-) -> Iterator[dict[str, str]]:
-    yield telegram_env(tmp_path / "root", fake_dir, uid_range, fake)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 # -- intake ------------------------------------------------------------------------------------

@@ -7,33 +7,13 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
-import pytest
-from conftest import remove_accounts
-from tg_support import SECRET, TOKEN, FakeBotApi, running_gateway, telegram_env
+from tg_support import SECRET, TOKEN, FakeBotApi, running_gateway
 
 from adapters.telegram.doctor import AUTH_FIX, POLLING_FIX, WEBHOOK_FIX, check
 from adapters.telegram.spec import TelegramSettings
 
 HOOK = "https://bridge.example/telegram/webhook"
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    api = FakeBotApi(TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
-def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeBotApi
-) -> Iterator[dict[str, str]]:
-    yield telegram_env(tmp_path / "root", fake_dir, uid_range, fake)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 async def doctor(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -13,26 +13,23 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from conftest import remove_accounts
 from tg_support import (
     ADA,
     BOT,
     GRACE,
-    TOKEN,
     Client,
     FakeBotApi,
     press,
     private_chat,
     running_gateway,
     sample,
-    telegram_env,
     texts,
     update,
     wait_sent,
@@ -46,22 +43,11 @@ OFFSET_KEY = f"telegram:{BOT}:offset"
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    api = FakeBotApi(TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
-def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeBotApi
-) -> Iterator[dict[str, str]]:
-    env = telegram_env(tmp_path / "root", fake_dir, uid_range, fake)
-    del env["JAZZ_BRIDGE_TELEGRAM__WEBHOOK_URL"]  # no webhook URL: polling
+def env(env: dict[str, str]) -> dict[str, str]:
+    """The package's environment (conftest.py) in polling mode: no webhook URL."""
+    del env["JAZZ_BRIDGE_TELEGRAM__WEBHOOK_URL"]
     env["JAZZ_BRIDGE_TELEGRAM__POLL_TIMEOUT_S"] = "1"
-    yield env
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+    return env
 
 
 def accepted(app: Any) -> float:

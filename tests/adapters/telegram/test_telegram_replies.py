@@ -9,19 +9,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import remove_accounts
 from tg_support import (
     ADA,
     BOT_NAME,
     FORUM,
     FORUM_CHAT,
     GRACE,
-    TOKEN,
     Call,
     FakeBotApi,
     buttons,
@@ -33,7 +29,6 @@ from tg_support import (
     sample,
     seen,
     sent_to,
-    telegram_env,
     texts,
     update,
     utf16,
@@ -45,22 +40,6 @@ from tg_support import (
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
 NOT_AN_AI = "reference runner, not an AI"
 EDIT_INTERVAL_S = 2.0  # the Telegram surface's declared progress edit interval
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    api = FakeBotApi(TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
-def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeBotApi
-) -> Iterator[dict[str, str]]:
-    yield telegram_env(tmp_path / "root", fake_dir, uid_range, fake)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 def to_chat(fake: FakeBotApi, chat: int) -> list[Call]:

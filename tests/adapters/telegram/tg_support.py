@@ -1,7 +1,6 @@
 """What the Telegram test modules share: ids, the gateway's environment, webhook posts, waits.
 
-Each test module declares its own thin ``fake``/``env`` fixtures on top of these (a
-``conftest.py`` here would shadow the suite's root ``conftest`` module that tests import).
+The fixtures on top of these (``fake``, ``env``) are in this directory's ``conftest.py``.
 """
 
 from __future__ import annotations

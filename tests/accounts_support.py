@@ -1,0 +1,64 @@
+"""Throwaway accounts for tests: a free uid range, root checks, removing what a test made.
+
+Its own module, not ``conftest``: every directory's ``conftest.py`` is imported under that one
+name, so tests import helpers from here and take fixtures from the conftest files.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import secrets
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+IS_ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (real accounts and groups)")
+
+
+@dataclass(frozen=True)
+class OperatorGroup:
+    name: str
+    gid: int
+    member: str  # a throwaway human operator account in the group
+    member_uid: int
+
+
+def free_uid_range(span: int = 200) -> tuple[int, int]:
+    """A uid range nothing on this host uses (tests must never take over real accounts)."""
+    for _ in range(100):
+        lo = 71000 + secrets.randbelow(80) * 100
+        if all(_uid_free(u) for u in range(lo, lo + span)):
+            return lo, lo + span - 1
+    raise RuntimeError("no free uid range for tests")
+
+
+def _uid_free(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+        return False
+    except KeyError:
+        pass
+    try:
+        grp.getgrgid(uid)
+        return False
+    except KeyError:
+        return True
+
+
+def remove_accounts(map_path: Path) -> None:
+    """Delete every account a test's uid map recorded (throwaway accounts)."""
+    try:
+        data = json.loads(map_path.read_text())
+    except (OSError, ValueError):
+        return
+    for entry in data.get("accounts", {}).values():
+        name = entry.get("name")
+        if isinstance(name, str) and name.startswith("jb-"):
+            subprocess.run(["userdel", name], check=False, capture_output=True)
+            subprocess.run(["groupdel", name], check=False, capture_output=True)
