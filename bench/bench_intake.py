@@ -330,7 +330,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
             for server in (bare, bolt, gateway):
                 url = server.url + "/slack/events"
                 await closed_loop(session, url, batch(300, server), args.concurrency)
-            profiler = _py_spy(gateway.proc.pid, args.profile)
+            profiler = py_spy(gateway.proc.pid, args.profile)
             for _ in range(2):
                 for key, server in (("bare", bare), ("bolt", bolt), ("gateway", gateway)):
                     url = server.url + "/slack/events"
@@ -405,7 +405,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
     return rows
 
 
-def _py_spy(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None:
+def py_spy(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None:
     """py-spy sampling the gateway (all threads) until SIGINT, as collapsed stacks."""
     if out is None:
         return None

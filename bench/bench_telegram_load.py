@@ -47,6 +47,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests" / "adapters" / "telegram"))
 
 import aiohttp  # noqa: E402
+from bench_intake import py_spy, top_frames  # noqa: E402
 from bench_pipeline import (  # noqa: E402
     Throwaway,
     cpu_model,
@@ -197,6 +198,8 @@ async def one_mode(
 
         calls_before = len(fake.calls)
         per_chat = args.messages // args.chats
+        profile = args.profile.with_suffix(f".{mode}") if args.profile else None
+        profiler = py_spy(proc.pid, profile)
         timed: list[tuple[int, int, int]] = []  # (update id, chat, k-th answer of that chat)
         t0 = time.perf_counter()
         if mode == "burst":
@@ -222,6 +225,10 @@ async def one_mode(
                         lambda c=chat, w=want: fake.answers(c) >= w, 60, "the answer", proc
                     )
         elapsed = time.perf_counter() - t0
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            profiler.wait(60)
+            out["profile"] = profile
         lat = []
         for update_id, chat, nth in timed:
             lat.append(fake.answered[chat][nth - 1] - fake.handed[update_id])
@@ -270,6 +277,7 @@ def main() -> int:
         help="instant runner: bench/instant_runner.sh (default) or the Python one (~25 ms start)",
     )
     ap.add_argument("--modes", nargs="+", default=["seq", "burst"], choices=["seq", "burst"])
+    ap.add_argument("--profile", type=Path, help="py-spy the gateway's timed phase to FILE.<mode>")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on SIGTERM too
     load_start = os.getloadavg()
@@ -377,6 +385,10 @@ def main() -> int:
         )
     )
     print(table(rows))
+    for r in results:
+        if r.get("profile") is not None and r["profile"].exists():
+            print(f"\ngateway self time, {r['mode']}, top functions ({r['profile']}):")
+            print(top_frames(r["profile"]))
     return 0
 
 

@@ -40,7 +40,12 @@ def _dump(data: Any) -> None:
     _out(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
-def setup_logging(settings: CoreSettings | None, level: str | None = None) -> None:
+def setup_logging(
+    settings: CoreSettings | None, level: str | None = None, *, writer_thread: bool = False
+) -> None:
+    """Log handlers as configured. ``writer_thread`` (``serve``): lines are written by a
+    thread of their own, so a write that blocks never stops the event loop; one-shot
+    commands write in place, so their lines and errors keep their order."""
     chosen = level or (settings.log.level if settings else "INFO")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if settings is not None and settings.log.file is not None:
@@ -55,6 +60,10 @@ def setup_logging(settings: CoreSettings | None, level: str | None = None) -> No
         )
     # JSON lines unless on a terminal (log.format), every configured secret masked
     logs.install(handlers, fmt=settings.log.format if settings else "auto", settings=settings)
+    if writer_thread:
+        handlers = [logs.off_thread(handlers)]
+    else:
+        logs.stop_writer()  # an earlier set-up's thread, if any
     logging.basicConfig(level=chosen, handlers=handlers, force=True)
 
 
@@ -413,10 +422,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         specs = load_specs()
         settings = _settings(args, specs)
-        setup_logging(settings, getattr(args, "log_level", None))
+        threaded = args.func is cmd_serve  # the one command with an event loop to keep free
+        setup_logging(settings, getattr(args, "log_level", None), writer_thread=threaded)
         code: int = args.func(args, settings, specs)
         return code
     except (BridgeError, ProvisioningError) as exc:
+        logs.stop_writer()  # the lines logged before it come first
         sys.stderr.write(f"jazz-bridge: error: {exc}\n")
         return EXIT_ERROR
     except KeyboardInterrupt:

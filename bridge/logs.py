@@ -10,13 +10,22 @@ carries its thread key, outcome and duration as data, not prose.
 secret (each ``SecretStr`` in the settings, adapter sections included) and of secret-looking
 environment variables wherever it appears: the message, its arguments, extra fields and
 tracebacks. A Telegram token inside a URL an HTTP library logs is masked like any other.
+
+Writing is a thread's job (:func:`off_thread`): a log line is a blocking write to a file or
+a pipe (journald, a container runtime), and one that blocks (a full pipe, a slow disk) would
+stop the event loop with it. Callers only queue the record; a writer thread masks, formats
+and writes it; what is queued is written at exit (:func:`stop_writer`).
 """
 
 from __future__ import annotations
 
+import atexit
+import copy
 import json
 import logging
+import logging.handlers
 import os
+import queue
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
@@ -196,3 +205,49 @@ def install(
             handler.removeFilter(old)
         handler.addFilter(masker)
     return masker
+
+
+class _Frozen(logging.handlers.QueueHandler):
+    """Queues records as they are: the message and any traceback turned to text first (the
+    arguments may change after the call; a traceback holds the caller's frames), not
+    formatted (the writer's handlers do that, each with its own formatter and masker)."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        record = copy.copy(record)  # other handlers (a test's capture) see the caller's own
+        try:
+            record.msg = record.getMessage()
+        except Exception:  # a bad format string: keep the raw parts (masked by the writer)
+            record.msg = f"{record.msg} {record.args}"
+        record.args = None
+        if record.exc_info:
+            if not record.exc_text:
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+            record.exc_info = None
+        return record
+
+
+_writer: logging.handlers.QueueListener | None = None
+
+
+def off_thread(handlers: Iterable[logging.Handler]) -> logging.Handler:
+    """One handler that queues records for ``handlers``, which a writer thread runs.
+
+    Replaces the writer of an earlier call (after it wrote what it had queued).
+    """
+    global _writer
+    stop_writer()
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    _writer = logging.handlers.QueueListener(records, *handlers, respect_handler_level=True)
+    _writer.start()
+    return _Frozen(records)
+
+
+def stop_writer() -> None:
+    """Write every queued record, then stop the writer thread (at exit, or before a new one)."""
+    global _writer
+    writer, _writer = _writer, None
+    if writer is not None:
+        writer.stop()
+
+
+atexit.register(stop_writer)  # after logging's own at-exit flush is registered: runs first

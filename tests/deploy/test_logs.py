@@ -7,11 +7,13 @@ URL that carries a Telegram bot token, an exception message, an ``extra`` field.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from gateway_harness import gateway_env, running_gateway, wait_until
 
 from bridge.cli import setup_logging
 from bridge.config import load_settings
-from bridge.logs import MASK, JsonFormatter, TextFormatter, formatter_for
+from bridge.logs import MASK, JsonFormatter, TextFormatter, formatter_for, stop_writer
 from bridge.plugins import load_specs
 
 SECTIONS = {k: s.settings_model for k, s in load_specs().items()}
@@ -39,6 +41,7 @@ def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     yield
+    stop_writer()
     root.handlers[:] = handlers
     root.setLevel(level)
 
@@ -66,8 +69,9 @@ def _lines(stream: io.StringIO) -> list[str]:
     return [line for line in stream.getvalue().splitlines() if line.strip()]
 
 
+@pytest.mark.parametrize("writer_thread", [False, True], ids=["in-place", "serve-thread"])
 async def test_configured_secrets_are_masked_wherever_they_are_logged(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, writer_thread: bool
 ) -> None:
     seen: list[str] = []
 
@@ -85,7 +89,7 @@ async def test_configured_secrets_are_masked_wherever_they_are_logged(
     err = Stream(tty=False)
     monkeypatch.setattr(sys, "stderr", err)
     try:
-        setup_logging(_settings(), "DEBUG")
+        setup_logging(_settings(), "DEBUG", writer_thread=writer_thread)
         # a real library logs the token: httpx logs each request's URL at INFO
         async with httpx.AsyncClient() as client:
             resp = await client.post(f"http://127.0.0.1:{port}/bot{BOT_TOKEN}/getMe")
@@ -100,6 +104,7 @@ async def test_configured_secrets_are_masked_wherever_they_are_logged(
             log.exception("call failed")
     finally:
         await runner.cleanup()
+    stop_writer()  # serve's writer thread: every queued line written
     text = err.getvalue()
     for secret in (BOT_TOKEN, SIGNING_SECRET, WEB_TOKEN):
         assert secret not in text
@@ -178,6 +183,54 @@ def test_the_log_file_is_json_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         handler.flush()
     record = json.loads((tmp_path / "log" / "jb.log").read_text().splitlines()[-1])
     assert record["msg"] == f"into the file {MASK}"
+
+
+def test_a_log_write_that_blocks_does_not_block_the_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``serve``'s logging: stderr is a pipe nobody reads (a stuck journald), and logging
+    still returns at once; the lines are written once there is room."""
+    reader, writer = os.pipe()
+    os.set_blocking(writer, False)
+    filled = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            filled += os.write(writer, b"x" * 65536)
+    os.set_blocking(writer, True)  # as a service's stderr is: a write now waits for room
+    stream = os.fdopen(writer, "w", encoding="utf-8")
+    monkeypatch.setattr(sys, "stderr", stream)
+    try:
+        setup_logging(_settings(), writer_thread=True)
+        logged = threading.Event()
+
+        def log_lines() -> None:
+            for i in range(3):
+                logging.getLogger("jazz_bridge.test").warning("while the pipe is full %d", i)
+            logged.set()
+
+        caller = threading.Thread(target=log_lines, daemon=True)
+        caller.start()
+        returned = logged.wait(10)
+        chunks: list[bytes] = []
+
+        def drain() -> None:
+            while chunk := os.read(reader, 1 << 20):
+                chunks.append(chunk)
+
+        drainer = threading.Thread(target=drain, daemon=True)
+        drainer.start()  # room again: what was queued gets written
+        stop_writer()
+        caller.join(10)
+        stream.close()  # the drainer reads to the end
+        drainer.join(10)
+        assert returned, "logging blocked the caller while the log's pipe was full"
+        assert b"while the pipe is full 2" in b"".join(chunks)
+    finally:
+        stop_writer()
+        monkeypatch.undo()
+        with contextlib.suppress(OSError):
+            stream.close()
+        os.close(reader)
 
 
 @pytest.fixture
