@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import IsolationUnavailable
+from . import pinned
+from .errors import IsolationUnavailable, UnsafePathError
 from .homes import Home
 from .modes import ISOLATED_UMASK, PRIVATE_UMASK
+
+log = logging.getLogger(__name__)
 
 IsolationMode = Literal["auto", "on", "off"]
 
@@ -209,8 +213,47 @@ class RunIdentity:
             ]
         return list(argv)
 
-    def popen_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``subprocess.Popen`` / ``asyncio.create_subprocess_exec``."""
+    def open_workdir(self) -> int:
+        """The run's working directory, opened without following a link (the caller closes it).
+
+        The conversation owns its home, so it can replace ``workspace`` with a symbolic
+        link, and the child enters its working directory *before* it becomes the
+        conversation's account (root, or ``setpriv`` later): a path would take a run into
+        any directory root can reach. So the directory is opened here, refusing links, and
+        the child enters it through the descriptor (:meth:`popen_kwargs`). A workspace that
+        is a link or no directory: the run starts in the home itself, which only the
+        gateway can replace (``chats/`` is not the conversation's), and that is logged.
+        """
+        home_fd = pinned.open_dir(self.home.path)
+        wanted = os.path.relpath(self.cwd, self.home.path) if self.cwd else os.curdir
+        fd = home_fd
+        try:
+            for part in [] if wanted == os.curdir else wanted.split(os.sep):
+                inner = pinned.open_dir(part, dir_fd=fd)  # one component at a time, no links
+                if fd != home_fd:
+                    os.close(fd)
+                fd = inner
+        except (UnsafePathError, FileNotFoundError):
+            log.warning(
+                "%s is a symbolic link or no directory (the conversation's doing): the run "
+                "starts in %s instead",
+                self.cwd,
+                self.home.path,
+            )
+            if fd != home_fd:
+                os.close(fd)
+            return home_fd
+        if fd != home_fd:
+            os.close(home_fd)
+        return fd
+
+    def popen_kwargs(self, workdir_fd: int | None = None) -> dict[str, Any]:
+        """Keyword arguments for ``subprocess.Popen`` / ``asyncio.create_subprocess_exec``.
+
+        With ``workdir_fd`` (from :meth:`open_workdir`) the child enters that very
+        directory (``/proc/self/fd/N``, the descriptor passed to it); without, ``cwd`` by
+        path, for callers that trust it.
+        """
         kwargs: dict[str, Any] = {
             "env": self.env,
             "umask": self.umask,
@@ -218,6 +261,8 @@ class RunIdentity:
             "cwd": self.cwd or str(self.home.path),
             "close_fds": True,
         }
+        if workdir_fd is not None:
+            kwargs.update(cwd=f"/proc/self/fd/{workdir_fd}", pass_fds=(workdir_fd,))
         if self.uid is not None and self.setpriv is None:
             kwargs.update(user=self.uid, group=self.gid, extra_groups=[])
         return kwargs

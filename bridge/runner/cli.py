@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from provisioning.errors import ProvisioningError
+
 from ..errors import RunnerError
 from .base import (
     PROMPT_EVENTS,
@@ -86,15 +88,21 @@ class CliRunner(RunnerBackend):
 
     async def start(self, request: RunRequest) -> RunHandle:
         tag = request.kill_tag or secrets.token_hex(12)
-        kwargs = request.identity.popen_kwargs()
-        kwargs["env"] = {**kwargs["env"], RUN_TAG_ENV: tag}
-        self._check_command(kwargs["env"].get("PATH"))
         try:
+            workdir = await asyncio.to_thread(request.identity.open_workdir)
+        except (ProvisioningError, OSError) as exc:
+            raise RunnerError(f"cannot open the run's home {request.home.path}: {exc}") from exc
+        try:
+            kwargs = request.identity.popen_kwargs(workdir)
+            kwargs["env"] = {**kwargs["env"], RUN_TAG_ENV: tag}
+            self._check_command(kwargs["env"].get("PATH"))
             proc = await start_process(request.identity.command(self.argv(request)), **kwargs)
         except (FileNotFoundError, PermissionError) as exc:
             raise RunnerError(
                 f"cannot start the runner {self.command[0]!r}: {exc.strerror}; check runner.command"
             ) from exc
+        finally:
+            os.close(workdir)  # the child has its own copy (entered before it ran)
         handle = CliRunHandle(proc, request, tag, self.kill_grace_s, self.sweeps)
         await handle.begin()
         return handle

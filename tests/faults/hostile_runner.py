@@ -8,10 +8,12 @@ It speaks the runner contract and acts on the prompt's first word:
            conversation's home and files, the gateway's state and config, every process's
            environment, signal the gateway; then plants a link to B's home, a FIFO, a hard
            link to a file it does not own, a link named like the repair marker, a
-           world-readable file of its own, and opens its own home to everyone; reports the
-           facts in $FAKE_DIR/report-<pid>.json
-  probe    answers ``probe: {json}``: the mode of its ``mine-open.txt`` and what its
-           repair marker is, as this run finds them (what was repaired before the run)
+           world-readable file of its own, its ``workspace`` replaced by a link to a
+           directory it cannot reach (the next run's working directory), and opens its own
+           home to everyone; reports the facts in $FAKE_DIR/report-<pid>.json
+  probe    answers ``probe: {json}``: the mode of its ``mine-open.txt``, what its repair
+           marker is, the directory it was started in and whether it can read the file
+           kept in the unreachable one from there, as this run finds them
   (other)  answers normally
 
 It only reports; the test judges.
@@ -20,6 +22,7 @@ It only reports; the test judges.
 import errno
 import json
 import os
+import shutil
 import stat
 import sys
 import time
@@ -87,6 +90,12 @@ def link_over(target: str, path: str) -> None:
     os.symlink(target, path)
 
 
+def dir_over(target: str, path: str) -> None:
+    """Replace its own directory ``path`` (its workspace) by a link to ``target``."""
+    shutil.rmtree(path, ignore_errors=True)
+    os.symlink(target, path)
+
+
 def foreign_environs() -> dict[str, str]:
     """Every other account's process whose environment this process could read."""
     me = os.getuid()
@@ -136,6 +145,7 @@ def attack(home: str) -> dict[str, object]:
         "hard_root_file": try_do(os.link, t["root_file"], os.path.join(home, "hard-root")),
         "marker_link": try_do(link_over, t["decoy"], os.path.join(home, MARKER)),
         "open_file": try_write(os.path.join(home, "mine-open.txt")),
+        "workspace_link": try_do(dir_over, t["locked_inner"], os.path.join(home, "workspace")),
     }
     plants["open_file_chmod"] = try_do(os.chmod, os.path.join(home, "mine-open.txt"), 0o666)
     # its own home: it may open it to everyone; the next repair must close it again
@@ -182,7 +192,13 @@ def main() -> int:
             if stat.S_ISLNK(marker.st_mode)
             else "other"
         )
-        envelope("probe: " + json.dumps({"mine_open": stat.S_IMODE(mine.st_mode), "marker": kind}))
+        found = {
+            "mine_open": stat.S_IMODE(mine.st_mode),
+            "marker": kind,
+            "cwd": os.getcwd(),
+            "locked_read": try_read("locked-secret"),  # there only if it started in there
+        }
+        envelope("probe: " + json.dumps(found))
         return 0
     envelope(f"ok: {prompt}")
     return 0

@@ -3,11 +3,13 @@
 The real ``jazz-bridge serve`` process runs with Slack and Telegram secrets in its
 environment and a config file holding another. Conversation B's runner writes a secret
 into its home; conversation A's runner (``hostile_runner.py``) tries to read B's home, the
-gateway's state, config and environment, and plants links, a FIFO, hard links and a link
-named like the repair marker in its own home. It reports what it could do; the test
+gateway's state, config and environment, and plants links, a FIFO, hard links, a link
+named like the repair marker and a ``workspace`` that links to a directory it cannot reach
+(behind a 0700 one) in its own home. It reports what it could do; the test
 asserts on those facts, then runs ``jazz-bridge repair --deep``, and then a restart of the
 gateway (its start-up repair, then the home repair when it first provisions A, before A's
-next run) over the plants: nothing is followed, nothing hangs, no other file's mode changes.
+next run) over the plants: nothing is followed, nothing hangs, no other file's mode changes,
+and A's next run starts in its own home, not where its ``workspace`` link points.
 """
 
 from __future__ import annotations
@@ -83,6 +85,12 @@ def world(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterato
     root_file = fake_dir / "root-owned.txt"  # root's, world-readable: the hard-link target
     root_file.write_text("ROOT FILE\n")
     os.chmod(root_file, 0o644)
+    locked = tmp_path / "locked"  # root's, 0700: A cannot reach what is inside by path
+    (locked / "inner").mkdir(parents=True)
+    os.chmod(locked, 0o700)
+    os.chmod(locked / "inner", 0o755)
+    (locked / "inner" / "locked-secret").write_text("LOCKED\n")
+    os.chmod(locked / "inner" / "locked-secret", 0o644)
     decoy = fake_dir / "decoy.txt"  # where the marker link points
     decoy.write_text("DECOY\n")
     os.chmod(decoy, 0o600)
@@ -96,6 +104,7 @@ def world(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterato
         "config": config,
         "root_file": root_file,
         "decoy": decoy,
+        "locked_inner": locked / "inner",
         "a_home": layout.home(naming.home_name("web:a")),
         "b_home": layout.home(naming.home_name("web:b")),
     }
@@ -150,6 +159,7 @@ async def test_a_hostile_conversation_reads_nothing_and_its_plants_stay_harmless
             "b_secret": str(b_secret),
             "root_file": str(w["root_file"]),
             "decoy": str(w["decoy"]),
+            "locked_inner": str(w["locked_inner"]),
         }
         (w["fake"] / "targets.json").write_text(json.dumps(targets))
         await client.post("a", "attack")
@@ -183,7 +193,8 @@ async def test_a_hostile_conversation_reads_nothing_and_its_plants_stay_harmless
         assert value not in logged, f"the {name} secret is in the gateway's log"
     # the plants it could make
     plants = facts["plants"]
-    for what in ("link_b_home", "link_b_secret", "fifo", "marker_link", "home_chmod"):
+    plant_names = ("link_b_home", "link_b_secret", "fifo", "marker_link", "workspace_link")
+    for what in (*plant_names, "home_chmod"):
         assert plants[what] == "ok", (what, plants[what])
     assert plants["open_file"] == "ok:created" and plants["open_file_chmod"] == "ok"
     # protected_hardlinks refuses a link to a file it does not own; plant those as root,
@@ -229,7 +240,12 @@ async def test_a_hostile_conversation_reads_nothing_and_its_plants_stay_harmless
         assert seen.startswith("probe: "), seen
         # as A's run found its home: its own file closed, the marker link replaced
         found = json.loads(seen.removeprefix("probe: ").splitlines()[0])  # footer lines after
-        assert found == {"mine_open": 0o660, "marker": "file"}, seen
+        assert (found["mine_open"], found["marker"]) == (0o660, "file"), seen
+        # its workspace links into a directory only root could enter: the run started in
+        # its own home instead (the link is its own business, left as it is)
+        assert (a_home / "workspace").is_symlink()
+        assert found["cwd"] == str(a_home), seen
+        assert found["locked_read"] == "error:ENOENT", seen
         check_plants_harmless(w, before, a_uid)
         await client.post("a", "hello again")
         await client.post("b", "hello again")
