@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from provisioning.archive import ArchiveResult, archive_home, is_archived, tarball_path
+from provisioning.archive import (
+    ArchiveError,
+    ArchiveResult,
+    archive_home,
+    is_archived,
+    tarball_path,
+)
 from provisioning.layout import Layout, RootInfo
 
 from .errors import BridgeError
@@ -300,7 +306,7 @@ class Operators:
             row: dict[str, Any] = {"threadKey": conv.thread_key, "home": conv.home}
             try:
                 row.update((await self.archive(conv, root)).as_dict(), archived=True)
-            except ArchiveBusy as exc:
+            except (ArchiveBusy, ArchiveError) as exc:  # this home stays; the others go on
                 row.update(archived=False, reason=str(exc))
             rows.append(row)
         return rows

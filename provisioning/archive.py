@@ -9,8 +9,10 @@ Both directions treat the home as hostile ground: the walk that packs it works o
 directory descriptors opened with ``O_NOFOLLOW`` and never follows a link (a link is
 stored as a link); unpacking refuses members that would land outside the home (absolute
 names, ``..``, links pointing out, devices, FIFOs, hard links) and extracts into a private
-staging directory that is renamed into place only when complete. The tarball is written
-to a temp file, flushed and renamed, so a crash leaves the home or a whole archive.
+staging directory that is renamed into place only when complete and flushed (files and
+directories), and only then is the tarball deleted. The tarball is written to a temp file,
+flushed and renamed, and the packed home leaves ``chats/`` in one rename before it is
+deleted, so a crash (or a delete that fails half-way) leaves the home or a whole archive.
 
 One lock file (``archive/.lock``) keeps an archive from racing a restore or a home being
 built: archiving and restoring hold it exclusively, :meth:`Homes.ensure` holds it shared.
@@ -45,6 +47,7 @@ log = logging.getLogger(__name__)
 SUFFIX = ".tar.gz"
 LOCK_NAME = ".lock"
 COPY_CHUNK = 1024 * 1024
+MAX_PACK_DEPTH = 512  # directory levels below the home; a deeper home is not archived
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -117,8 +120,19 @@ def _info(arcname: str, st: os.stat_result) -> tarfile.TarInfo:
     return info
 
 
-def _pack_dir(tar: tarfile.TarFile, dir_fd: int, arcname: str, skipped: list[str]) -> int:
-    """Add the entries of the directory ``dir_fd`` under ``arcname``; returns how many."""
+def _pack_dir(
+    tar: tarfile.TarFile, dir_fd: int, arcname: str, skipped: list[str], depth: int = 0
+) -> int:
+    """Add the entries of the directory ``dir_fd`` under ``arcname``; returns how many.
+
+    One open descriptor per level: a home nested deeper than :data:`MAX_PACK_DEPTH` is
+    refused (ArchiveError) and stays where it is, rather than running out of stack.
+    """
+    if depth > MAX_PACK_DEPTH:
+        raise ArchiveError(
+            f"{arcname} is nested more than {MAX_PACK_DEPTH} directories deep; the home was "
+            "not archived (flatten or remove that tree, then archive again)"
+        )
     count = 0
     for entry in sorted(os.listdir(dir_fd)):
         arc = f"{arcname}/{entry}"
@@ -134,7 +148,7 @@ def _pack_dir(tar: tarfile.TarFile, dir_fd: int, arcname: str, skipped: list[str
                 continue
             try:
                 tar.addfile(_dir_info(arc, child))
-                count += 1 + _pack_dir(tar, child, arc, skipped)
+                count += 1 + _pack_dir(tar, child, arc, skipped, depth + 1)
             finally:
                 os.close(child)
         elif stat.S_ISREG(st.st_mode):
@@ -238,8 +252,7 @@ def archive_home(
         finally:
             os.close(dir_fd)
         size = target.stat().st_size
-        shutil.rmtree(home)  # fd-based on Linux: never follows a link out of the home
-        fsync_dir(layout.chats)
+        _remove_packed(layout, name, home)
     for path in skipped:
         log.warning("archiving %s: %s skipped (not a file, directory or link)", name, path)
     log.info(
@@ -250,6 +263,26 @@ def archive_home(
         size,
     )
     return ArchiveResult(name, target, size, members, tuple(skipped))
+
+
+def _remove_packed(layout: Layout, name: str, home: Path) -> None:
+    """Take the packed home out of ``chats/`` in one rename, then delete it.
+
+    The rename is the moment the home is archived (its directory gone, its tarball whole).
+    Deleting in place could stop half-way (a leftover process of the conversation still
+    writing into it) and leave a gutted home that the next start would take for a live one
+    while its files sat in a tarball nothing restores; now a failed delete leaves only a
+    hidden directory, named in a warning.
+    """
+    trash = Path(tempfile.mkdtemp(prefix=f".archived-{name}.", dir=layout.chats))
+    os.rename(home, trash / name)
+    fsync_dir(layout.chats)
+    try:
+        shutil.rmtree(trash)  # fd-based on Linux: never follows a link out of the home
+    except OSError as exc:
+        log.warning(
+            "archived %s, but %s could not be removed (%s); remove it by hand", name, trash, exc
+        )
 
 
 @contextmanager
@@ -346,6 +379,7 @@ def _extract(tar: tarfile.TarFile, staging_fd: int, name: str, layout: Layout) -
                 _owner(fd, member.uid, member.gid)  # before the mode: chown clears setgid
                 os.fchmod(fd, member.mode & 0o7777)
                 os.utime(fd, (member.mtime, member.mtime))
+                os.fsync(fd)  # on disk before the tarball is deleted
         elif (
             member.issym()
             and parts
@@ -359,17 +393,23 @@ def _extract(tar: tarfile.TarFile, staging_fd: int, name: str, layout: Layout) -
                 os.close(parent)
         else:  # links pointing out, hard links, devices, FIFOs
             refused.append(member.name)
-    # Directories last, deepest first: owner, then mode (setgid survives), then times.
+    # Directories last, deepest first: owner, then mode (setgid survives), then times, then
+    # flushed (their entries). Opened one component at a time: a path longer than PATH_MAX
+    # is fine in a home, so it must be fine here.
     for rel, member in reversed(dirs):
-        with pinned.opened_dir(_join(rel), staging_fd) as fd:
+        parent = _open_parent(staging_fd, rel)
+        try:
+            fd = pinned.open_dir(rel[-1], parent)
+        finally:
+            os.close(parent)
+        try:
             _owner(fd, member.uid, member.gid)
             os.fchmod(fd, member.mode & 0o7777)
             os.utime(fd, (member.mtime, member.mtime))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     return refused
-
-
-def _join(parts: list[str]) -> str:
-    return "/".join(parts)
 
 
 def restore_home(root: RootInfo, name: str) -> ArchiveResult:

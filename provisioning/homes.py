@@ -103,13 +103,18 @@ class Homes:
             operator_gid=self.root.operator_gid,
             isolated=self.isolated,
         )
-        # An archived home comes back before anything is built (archive.py); building holds
-        # the archive lock shared, so a home is never packed away half-built.
-        restored = archive.restore_if_archived(self.root, name)
-        with archive.home_lock(self.root, exclusive=False):
-            self._build(home)
-            self._walk_once(home, again=restored)
-        return home
+        # An archived home comes back before anything is built (archive.py). Building holds
+        # the archive lock shared, so a home is never packed away half-built, and "is it
+        # archived?" is asked under that lock: asked before it, an archive landing in
+        # between had a fresh empty home built beside its tarball.
+        restored = False
+        while True:
+            with archive.home_lock(self.root, exclusive=False):
+                if not archive.is_archived(self.root.layout, name):
+                    self._build(home)
+                    self._walk_once(home, again=restored)
+                    return home
+            restored = archive.restore_if_archived(self.root, name) or restored
 
     def _walk_once(self, home: Home, *, again: bool) -> None:
         """The home repair, once per home per process (again after a restore). Blocking.

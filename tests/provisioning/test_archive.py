@@ -6,6 +6,7 @@ import io
 import os
 import stat
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from accounts_support import OperatorGroup, needs_root
 from provisioning import naming
 from provisioning.accounts import AccountRegistry
 from provisioning.archive import (
+    MAX_PACK_DEPTH,
     ArchiveError,
     archive_home,
     is_archived,
@@ -200,3 +202,90 @@ def test_a_hostile_tarball_cannot_escape_the_home(tmp_path: Path) -> None:
     assert not (tmp_path / "r" / "escaped.txt").exists()
     # no staging directory left behind
     assert sorted(os.listdir(info.layout.chats)) == [name]
+
+
+def test_a_home_written_to_while_it_is_archived_is_archived_whole(tmp_path: Path) -> None:
+    """A leftover process still writing (through a descriptor) while the home is packed and
+    deleted: the archive completes and holds the home; nothing gutted is left behind."""
+    info = init_root(tmp_path / "r")
+    homes = Homes(info, isolated=False)
+    home = homes.ensure("web:busy")
+    for i in range(300):
+        (home.path / "workspace" / f"w{i}").write_text(f"file {i}\n")
+    stop = threading.Event()
+    tmp_fd = os.open(home.path / "tmp", os.O_RDONLY | os.O_DIRECTORY)
+    written = 0
+
+    def keep_writing() -> None:  # as a leftover would: into the directory it holds open
+        nonlocal written
+        while not stop.is_set():
+            try:
+                os.close(os.open(f"f{written}", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=tmp_fd))
+            except OSError:
+                return  # its directory is gone
+            written += 1
+
+    writer = threading.Thread(target=keep_writing, daemon=True)
+    writer.start()
+    try:
+        result = archive_home(info, home.name)
+    finally:
+        stop.set()
+        writer.join(10)
+        os.close(tmp_fd)
+    assert written > 0, "the writer never ran"
+    assert result.members > 300
+    assert not home.path.exists() and is_archived(info.layout, home.name)
+    assert [p.name for p in info.layout.chats.iterdir() if not p.name.startswith(".")] == []
+    again = homes.ensure("web:busy")
+    assert all((again.path / "workspace" / f"w{i}").read_text() == f"file {i}\n" for i in (0, 299))
+
+
+def test_a_home_nested_too_deep_is_refused_and_left_alone(tmp_path: Path) -> None:
+    info = init_root(tmp_path / "r")
+    home = Homes(info, isolated=False).ensure("web:deep")
+    fd = os.open(home.path / "workspace", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(MAX_PACK_DEPTH + 5):  # by descriptor: the path outgrows PATH_MAX
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+    with pytest.raises(ArchiveError, match=f"more than {MAX_PACK_DEPTH} directories deep"):
+        archive_home(info, home.name)
+    assert home.path.is_dir() and not tarball_path(info.layout, home.name).exists()
+    assert [p.name for p in info.layout.archive.iterdir() if p.name != ".lock"] == []
+
+
+def test_a_home_with_paths_longer_than_path_max_comes_back(tmp_path: Path) -> None:
+    info = init_root(tmp_path / "r")
+    homes = Homes(info, isolated=False)
+    home = homes.ensure("web:long")
+    name = "n" * 200
+    fd = os.open(home.path / "workspace", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(25):  # 25 levels of 200 characters: over 4,096 below the home
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        leaf = os.open("deepest.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+        os.write(leaf, b"down here\n")
+        os.close(leaf)
+    finally:
+        os.close(fd)
+    archive_home(info, home.name)
+    again = homes.ensure("web:long")  # restores it
+    fd = os.open(again.path / "workspace", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(25):
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        leaf = os.open("deepest.txt", os.O_RDONLY, dir_fd=fd)
+        assert os.read(leaf, 100) == b"down here\n"
+        os.close(leaf)
+    finally:
+        os.close(fd)
