@@ -58,33 +58,40 @@ class Deliverer:
     def _lock(self, conversation_id: int) -> asyncio.Lock:
         return self._locks.setdefault(conversation_id, asyncio.Lock())
 
-    async def deliver(self, records: list[ReplyRecord], *, in_doubt: bool = False) -> None:
-        """Send ``records`` in order (one conversation's replies never overtake each other).
+    async def deliver(self, records: list[ReplyRecord], *, in_doubt: bool = False) -> set[int]:
+        """Send ``records`` in order (one conversation's replies never overtake each other);
+        returns the ids of those that did not get through (failed, or left pending).
 
         ``in_doubt``: these may have landed already (replies found undelivered at start).
         """
         by_conv: dict[int, list[ReplyRecord]] = {}
         for rec in records:
             by_conv.setdefault(rec.conversation_id, []).append(rec)
-        await asyncio.gather(
+        missed = await asyncio.gather(
             *(self._deliver_conv(cid, recs, in_doubt) for cid, recs in by_conv.items())
         )
+        return set().union(*missed)
 
     async def _deliver_conv(
         self, conversation_id: int, records: list[ReplyRecord], in_doubt: bool
-    ) -> None:
+    ) -> set[int]:
+        missed: set[int] = set()
         async with self._lock(conversation_id):
             for rec in records:
                 # records come straight from the store's write (or its recovery query), so
                 # their state is current; one already sent is never sent again
-                if rec.state in (ReplyState.SENT, ReplyState.FAILED) or rec.id in self._done:
+                if rec.id in self._done or rec.state is ReplyState.SENT:
                     continue
-                await self._deliver_one(rec, in_doubt)
+                if rec.state is ReplyState.FAILED or not await self._deliver_one(rec, in_doubt):
+                    missed.add(rec.id)
+                    continue
                 self._done.add(rec.id)
                 if len(self._done) > DONE_MEMORY:
                     self._done.clear()
+        return missed
 
-    async def _deliver_one(self, rec: ReplyRecord, in_doubt: bool) -> None:
+    async def _deliver_one(self, rec: ReplyRecord, in_doubt: bool) -> bool:
+        """Send one reply; True once it is on the platform (sent, or found there)."""
         surface = self.surfaces.get(rec.target.surface)
         if surface is None:
             log.warning(
@@ -92,7 +99,7 @@ class Deliverer:
                 rec.id,
                 rec.target.surface,
             )
-            return
+            return False
         confirms = surface.capabilities.confirm_delivery and isinstance(surface, ConfirmsDelivery)
         doubt = in_doubt or rec.attempts > 0
         attempt = rec.attempts
@@ -113,7 +120,7 @@ class Deliverer:
                     log.info("reply %d had landed before (%s): not sent again", rec.id, found)
                     await self.store.mark_reply(rec.id, ReplyState.SENT, platform_ref=found)
                     self.metrics.replies.labels(rec.target.surface, "confirmed").inc()
-                    return
+                    return True
                 doubt = True  # from here on, a failed attempt may have landed
                 ref = await self._send(surface, rec)
             except DeliveryError as exc:
@@ -126,24 +133,24 @@ class Deliverer:
                     limited += delay
                     if limited > MAX_RATE_LIMITED_S:
                         await self._failed(rec, f"{exc} (rate limited for {limited:.0f}s)")
-                        return
+                        return False
                 elif exc.permanent or attempt >= MAX_ATTEMPTS:
                     await self._failed(rec, str(exc))
-                    return
+                    return False
                 else:
                     delay = min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
             except (OSError, TimeoutError) as exc:
                 if attempt >= MAX_ATTEMPTS:
                     await self._failed(rec, f"{type(exc).__name__}: {exc}")
-                    return
+                    return False
                 delay = min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
             else:
                 await self.store.mark_reply(rec.id, ReplyState.SENT, platform_ref=ref)
                 self.metrics.replies.labels(rec.target.surface, "sent").inc()
-                return
+                return True
             if self.closing:
                 await self.store.mark_reply(rec.id, ReplyState.PENDING)
-                return
+                return False
             log.info("reply %d: retrying in %.1fs (attempt %d)", rec.id, delay, attempt)
             self.metrics.replies.labels(rec.target.surface, "retried").inc()
             await asyncio.sleep(delay)  # backoff between attempts, not synchronisation

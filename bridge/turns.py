@@ -128,6 +128,7 @@ class Engine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_tokens: dict[str, ActiveRun] = {}
         self.stopping = False
+        self._stopped = asyncio.Event()  # ends a backoff early when the gateway stops
         self.started = False
         self._tag_secret = b""
 
@@ -158,21 +159,37 @@ class Engine:
         expired = await self.store.expire_prompts(None)
         if expired:
             log.info("expired %d prompt(s) left from before the restart", expired)
+        interrupted: list[ReplyRecord] = []
         for msg in await self.store.messages_in_state(InboxState.RUNNING):
             await self._kill_leftovers(msg)
-            await self._interrupt(msg, INTERRUPTED_TEXT)
-        pending = await self.store.undelivered_replies()
+            interrupted += await self._interrupt(msg, INTERRUPTED_TEXT)
+        fresh = {rec.id for rec in interrupted}
+        pending = [r for r in await self.store.undelivered_replies() if r.id not in fresh]
         if pending:
             log.info("delivering %d reply(ies) left undelivered", len(pending))
-            for rec in pending:
-                self._home_names.setdefault(rec.conversation_id, "")
-            self._spawn(self.deliverer.deliver(pending, in_doubt=True), "recover-delivery")
+        for conversation_id in {rec.conversation_id for rec in pending + interrupted}:
+            conv = await self.store.conversation(conversation_id)  # artifacts are read there
+            if conv is not None:
+                self._home_names.setdefault(conversation_id, conv.home)
+        if pending or interrupted:
+            # In the background: the gateway listens meanwhile (a platform that is down at
+            # start must not keep intake down while each notice waits out its retries).
+            # Those left from before go first in each conversation (the deliverer keeps
+            # a conversation's replies in order of arrival).
+            self._spawn(self._recover_delivery(pending, interrupted), "recover-delivery")
         accepted = await self.store.messages_in_state(InboxState.ACCEPTED)
         for msg in accepted:
             self._dispatch(msg)
         if accepted:
             log.info("requeued %d message(s) accepted before the restart", len(accepted))
         self.started = True
+
+    async def _recover_delivery(
+        self, pending: list[ReplyRecord], interrupted: list[ReplyRecord]
+    ) -> None:
+        await asyncio.gather(
+            self.deliverer.deliver(pending, in_doubt=True), self.deliverer.deliver(interrupted)
+        )
 
     async def _kill_leftovers(self, msg: MessageRecord) -> None:
         """A run that died with the gateway may have left processes: end them first."""
@@ -188,7 +205,8 @@ class Engine:
         if left:
             log.error("processes %s of an interrupted run survived SIGKILL", left)
 
-    async def _interrupt(self, msg: MessageRecord, text: str) -> None:
+    async def _interrupt(self, msg: MessageRecord, text: str) -> list[ReplyRecord]:
+        """Record ``msg`` as interrupted (its run too) with ``text``; the reply to deliver."""
         for run in await self.store.runs(msg.conversation_id, limit=50):
             if run.message_id == msg.id and run.outcome is None:
                 outcome = RunOutcome(
@@ -204,11 +222,12 @@ class Engine:
             [self._reply(msg, f"interrupted:{msg.id}", Outgoing(ReplyKind.NOTICE, text))],
             error="interrupted",
         )
-        await self.deliverer.deliver(records)
+        return records
 
     async def stop(self) -> None:
         """Stop intake, tell every conversation with a run in flight, stop those runs."""
         self.stopping = True
+        self._stopped.set()
         active = [s.active for s in self._slots.values() if s.active is not None]
         for run in active:
             run.shutdown = True
@@ -286,6 +305,7 @@ class Engine:
 
     async def _work(self, conversation_id: int) -> None:
         slot = self._slot(conversation_id)
+        pause = FINISH_RETRY_FIRST_S
         while slot.queue and not self.stopping:
             msg = slot.queue.popleft()
             self.metrics.queue_depth.dec()
@@ -293,10 +313,32 @@ class Engine:
                 await self._turn(slot, msg)
             except asyncio.CancelledError:
                 raise
+            except StoreError as exc:
+                # Nothing of the turn was written (its start is the first write that
+                # counts): the message is still accepted, so it goes back to the head of
+                # the queue and is tried again once the store can write (a full disk).
+                log.warning(
+                    "message %d of %s waits: the store cannot write (%s); again in %.1fs",
+                    msg.id,
+                    msg.thread_key,
+                    exc,
+                    pause,
+                )
+                slot.queue.appendleft(msg)
+                self.metrics.queue_depth.inc()
+                await self._pause(pause)
+                pause = min(pause * 2, FINISH_RETRY_MAX_S)
+                continue
             except Exception:
                 log.exception("turn for message %d failed unexpectedly", msg.id)
+            pause = FINISH_RETRY_FIRST_S
         slot.worker = None
         slot.told = False
+
+    async def _pause(self, seconds: float) -> None:
+        """A backoff that ends early when the gateway stops."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped.wait(), seconds)
 
     # -- replies ------------------------------------------------------------------------------
 
@@ -460,7 +502,14 @@ class Engine:
         return msg.text.strip().isdigit()
 
     async def _typed_answer(self, run: ActiveRun, msg: MessageRecord) -> None:
-        record = next(iter(run.prompts.values()))
+        record = next(iter(run.prompts.values()), None)
+        if record is None:  # answered meanwhile (a button, or the message before this one)
+            if msg.text.strip() and not msg.text.strip().isdigit():
+                await self.store.redact_message(msg.id)  # it may have been a typed secret
+            await self._finish_message(
+                msg, InboxState.DONE, "choice", "This request was already answered."
+            )
+            return
         text = msg.text.strip()
         others = sum(1 for r in run.prompts.values() if r.kind == "approval") - 1
         codes = P.codes_for(record, others_pending=max(others, 0))
@@ -506,6 +555,17 @@ class Engine:
                 "so it was told none is available here.",
             )
             return
+        try:
+            shown = await self._show_prompt(run, record)
+        except Exception:  # a store that cannot write, a bug: the run must not wait forever
+            log.exception("could not show a prompt of %s", msg.thread_key)
+            shown = False
+        if not shown:
+            await self._decline_unshown(run, record)
+
+    async def _show_prompt(self, run: ActiveRun, record: PromptRecord) -> bool:
+        """Store and send the prompt; False when it did not reach the person."""
+        msg = run.message
         await self.store.add_prompts([record])
         others = sum(1 for r in run.prompts.values() if r.kind == "approval")
         run.prompts[record.token] = record
@@ -515,7 +575,25 @@ class Engine:
             record, others_pending=others if record.kind == "approval" else 0, buttons=buttons
         )
         records = await self.store.add_replies([self._reply(msg, f"prompt:{record.token}", out)])
-        await self.deliverer.deliver(records)
+        return not await self.deliverer.deliver(records)
+
+    async def _decline_unshown(self, run: ActiveRun, record: PromptRecord) -> None:
+        """A prompt nobody can see is declined at once: the runner waits on stdin for an
+        answer, with its timeout paused, so unanswered it would hold the conversation (and a
+        run slot) until someone sent /stop."""
+        log.warning(
+            "the prompt %s of %s could not be shown; declined for the agent",
+            record.request_id,
+            run.message.thread_key,
+        )
+        run.prompts.pop(record.token, None)
+        if not run.prompts:
+            run.progress.waiting = False
+        answer = P.frame(record, "")  # "" declines every kind (approval, input, secret)
+        with contextlib.suppress(StoreError):
+            await self.store.resolve_prompt(record.token, answer)
+        assert run.handle is not None
+        await run.handle.answer(answer)
 
     # -- the turn -----------------------------------------------------------------------------
 
@@ -551,6 +629,9 @@ class Engine:
             last, slot.last = slot.last, None  # (waited for without holding a run slot)
             await last.settled()
         await self._acquire_slot(slot, msg)
+        if self.stopping:  # it waited while the gateway began to stop: the next start runs it
+            self._runs_sem.release()
+            return
         self._in_flight += 1
         self.metrics.runs_in_flight.inc()
         try:
@@ -692,12 +773,15 @@ class Engine:
             if event.type in PROMPT_EVENTS:
                 try:
                     await self._on_prompt(run, event.type, event.data)
-                except Exception:
-                    log.exception("could not show a prompt; declining it")
+                except Exception:  # _on_prompt declines what it could not show; this is a bug
+                    log.exception("a prompt of %s could not be handled", msg.thread_key)
         result = await run.handle.wait()
         self._slot(msg.conversation_id).last = run.handle
         if run.prompts:
-            await self.store.expire_prompts(run.run_id)
+            try:
+                await self.store.expire_prompts(run.run_id)
+            except StoreError as exc:  # the next start expires what is left
+                log.warning("prompts of run %d not expired: %s", run.run_id, exc)
         return result
 
     async def _record(self, run: ActiveRun, result: RunResult) -> None:

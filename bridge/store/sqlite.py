@@ -58,13 +58,21 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema this code writes (``PRAGMA user_version``); bump it with a migration."""
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database
 BUSY_TIMEOUT_MS = 5000
 STATE_DIR_MODE = 0o750  # a missing parent directory: never world-readable either
 SIDE_SUFFIXES = ("-wal", "-shm")  # SQLite's files beside the database in WAL mode
+
+# _MIGRATIONS[v - 1] takes a version-v store to version v + 1.
+_MIGRATIONS = (
+    # 2: the conversation epoch a message was written in, so a message sent before /new
+    # runs in the conversation it was written for (NULL for older rows: the current one)
+    "ALTER TABLE inbox ADD COLUMN epoch INTEGER",
+)
+assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 
 # Primary result codes that mean "this file is not a readable database" (as opposed to
 # "locked", "cannot open", "disk full", which must never make us move a database aside).
@@ -455,8 +463,11 @@ class SqliteStore(Store):
                 for statement in _SCHEMA_V1.split(";"):
                     if statement.strip():
                         conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            # Migrations from older versions go here, each inside this transaction.
+                version = 1
+            # Migrations from older versions, each inside this transaction.
+            for migration in _MIGRATIONS[version - 1 :]:
+                conn.execute(migration)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -623,18 +634,19 @@ class SqliteStore(Store):
                 return self._message(existing), False
             now = time.time()
             target = _dumps(inbound.target)
-            conversation_id = conn.execute(
+            conversation_id, epoch = conn.execute(
                 "INSERT INTO conversations (thread_key, platform, home, epoch, created_at,"
                 " last_active_at, target) VALUES (?, ?, ?, 1, ?, ?, ?)"
                 " ON CONFLICT (thread_key) DO UPDATE SET"
                 " last_active_at = excluded.last_active_at, target = excluded.target"
-                " RETURNING id",
+                " RETURNING id, epoch",
                 (inbound.thread_key, inbound.platform, home, now, now, target),
-            ).fetchone()[0]
+            ).fetchone()
             row = conn.execute(
                 "INSERT INTO inbox (conversation_id, platform, event_id, thread_key, sender_id,"
                 " sender_name, text, attachments, shared_chat, is_operator, is_command, target,"
-                " state, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " state, received_at, epoch)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " RETURNING *",
                 (
                     conversation_id,
@@ -651,6 +663,7 @@ class SqliteStore(Store):
                     target,
                     InboxState.ACCEPTED.value,
                     inbound.received_at,
+                    epoch,
                 ),
             ).fetchone()
             return self._message(row), True
@@ -781,15 +794,17 @@ class SqliteStore(Store):
             now = time.time()
             message = conn.execute(
                 "UPDATE inbox SET state = ?, started_at = ?, finished_at = NULL, error = NULL"
-                " WHERE id = ? AND state = ? RETURNING conversation_id",
+                " WHERE id = ? AND state = ? RETURNING conversation_id, epoch",
                 (InboxState.RUNNING.value, now, message_id, InboxState.ACCEPTED.value),
             ).fetchone()
             if message is None:
                 return None
+            # the epoch the message was written in (a /new after it does not move it)
             row = conn.execute(
                 "INSERT INTO runs (conversation_id, message_id, requester, epoch, started_at)"
-                " SELECT ?, ?, ?, epoch, ? FROM conversations WHERE id = ? RETURNING *",
-                (message[0], message_id, requester, now, message[0]),
+                " SELECT ?, ?, ?, coalesce(?, epoch), ? FROM conversations WHERE id = ?"
+                " RETURNING *",
+                (message[0], message_id, requester, message[1], now, message[0]),
             ).fetchone()
             if row is None:
                 raise StoreError(f"store {self.path}: message {message_id} has no conversation")

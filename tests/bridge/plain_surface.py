@@ -9,7 +9,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
 from bridge.model import Attachment, Outgoing, ReplyTarget
-from bridge.ports import Adapter, AdapterContext, AdapterSpec, Capabilities
+from bridge.ports import Adapter, AdapterContext, AdapterSpec, Capabilities, DeliveryError
 
 
 class PlainSettings(BaseModel):
@@ -24,8 +24,11 @@ class PlainSurface:
     def __init__(self) -> None:
         self.sent: list[tuple[str, Outgoing]] = []
         self.changed = asyncio.Event()
+        self.unreachable = UNREACHABLE_AT_START  # the platform is down: every send fails
 
     async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
+        if self.unreachable:
+            raise DeliveryError("plain: the platform is unreachable")
         self.sent.append((reply_key, message))
         self.changed.set()
         return reply_key
@@ -76,6 +79,7 @@ class PlainAdapter:
 
 
 INSTANCES: list[PlainAdapter] = []
+UNREACHABLE_AT_START = False  # a test sets it for the next gateway it starts
 
 
 def _factory(ctx: AdapterContext) -> Adapter:

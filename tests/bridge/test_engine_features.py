@@ -13,7 +13,7 @@ import pytest
 from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
 
-from bridge.model import Inbound
+from bridge.model import Inbound, InboxState
 
 
 @pytest.fixture
@@ -113,6 +113,34 @@ async def test_degrades_to_numbered_choices_and_never_collects_a_secret_in_a_gro
             "the secret refused",
         )
         assert any("never collected in a shared chat" in t for t in surface.texts())
+
+
+async def test_a_typed_answer_to_a_prompt_answered_meanwhile_is_told_so(
+    env: dict[str, str],
+) -> None:
+    async with running_gateway(env, {"plain": plain_surface.SPEC}) as (app, _):
+        surface = plain_surface.INSTANCES[-1].surface
+        gw = app.engine
+        assert gw is not None
+
+        def inbound(event: str, text: str) -> Inbound:
+            return Inbound(
+                platform="plain", event_id=event, thread_key="plain:one", sender_id="u1", text=text
+            )
+
+        await gw.submit(inbound("e1", "!approve bash"))
+        await wait_until(
+            lambda: any("Reply with **1**" in t for t in surface.texts()), 15, "the prompt"
+        )
+        await gw.submit(inbound("e2", "1"))  # both typed before either is handled
+        await gw.submit(inbound("e3", "1"))
+        await wait_until(
+            lambda: any("already answered" in t for t in surface.texts()), 15, "the second told"
+        )
+        await wait_until(
+            lambda: any("bash was approved" in t for t in surface.texts()), 15, "the answer"
+        )
+        assert await app.store.messages_in_state(InboxState.ACCEPTED) == []
 
 
 async def test_waiting_for_a_person_does_not_count_against_the_timeout(env: dict[str, str]) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import plain_surface
 import pytest
 from accounts_support import remove_accounts
-from gateway_harness import gateway_env, running_gateway, wait_until
+from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
 
 from bridge.model import Inbound, InboxState, Outgoing, ReplyKind, ReplyState, ReplyTarget
 from bridge.store import NewReply, SqliteStore
@@ -167,3 +169,68 @@ async def test_a_retry_after_a_lost_platform_answer_looks_before_sending(
         await wait_until(sent, 15, "every reply marked sent")
     answers = [k for k in platform.posts if k.startswith("answer:")]
     assert len(answers) == 1 and platform.lookups == answers
+
+
+async def test_an_artifact_left_undelivered_is_sent_from_the_home_after_a_restart(
+    env: dict[str, str], fake_dir: Path
+) -> None:
+    use_reference_runner(env, fake_dir)
+    plain = {"plain": plain_surface.SPEC}
+    key = "plain:art"
+    async with running_gateway(env, plain) as (app, _):
+        surface = plain_surface.INSTANCES[-1].surface
+        assert app.engine is not None
+        await app.engine.submit(
+            Inbound(
+                platform="plain",
+                event_id="a1",
+                thread_key=key,
+                sender_id="u",
+                text="!artifact plot.png",
+            )
+        )
+        made = "The agent made `plot.png`"
+        await wait_until(lambda: any(made in t for t in surface.texts()), 20, "the artifact")
+    # the gateway "died" after recording the artifact reply, before delivering it
+    db = Path(env["JAZZ_BRIDGE_ROOT"]) / "state" / "bridge.db"
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        reset = conn.execute(
+            "UPDATE replies SET state = 'pending' WHERE dedupe_key LIKE 'artifact:%'"
+        ).rowcount
+    assert reset == 1
+    async with running_gateway(env, plain):
+        surface = plain_surface.INSTANCES[-1].surface
+        await wait_until(lambda: len(surface.texts()) >= 1, 20, "the recovered artifact")
+        (text,) = surface.texts()
+        assert text.startswith("The agent made `plot.png`"), text  # not "not sent: no home"
+
+
+async def test_the_gateway_listens_while_interrupted_notices_wait_for_the_platform(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs cut off by a crash are answered "interrupted" at start, in the background: a
+    platform that is down at start must not keep intake down while the notices retry."""
+    async with running_gateway(env, {"plain": plain_surface.SPEC}):
+        pass
+    db = Path(env["JAZZ_BRIDGE_ROOT"]) / "state" / "bridge.db"
+    store = SqliteStore(db)
+    await store.open()
+    for i in range(2):  # two runs in flight when the gateway died
+        key = f"plain:cut{i}"
+        msg, _ = await store.accept(
+            Inbound(platform="plain", event_id=f"c{i}", thread_key=key, sender_id="u", text="x"),
+            home=naming.home_name(key),
+            is_command=False,
+        )
+        assert await store.begin_run(msg.id, "u") is not None
+    await store.close()
+    monkeypatch.setattr(plain_surface, "UNREACHABLE_AT_START", True)
+    async with running_gateway(env, {"plain": plain_surface.SPEC}) as (_, client):
+        surface = plain_surface.INSTANCES[-1].surface
+        # listening (start returned) while the platform is still down: nothing sent yet
+        assert surface.texts() == []
+        async with client.session.get(f"{client.base}/readyz") as resp:
+            assert resp.status == 200
+        surface.unreachable = False  # the platform is back: the notices go out
+        await wait_until(lambda: len(surface.texts()) >= 2, 20, "both interrupted notices")
+        assert all("interrupted" in t for t in surface.texts())

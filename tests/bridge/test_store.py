@@ -33,7 +33,7 @@ from bridge.store import (
     StoreError,
     StoreSchemaTooNew,
 )
-from bridge.store.sqlite import SCHEMA_VERSION
+from bridge.store.sqlite import _SCHEMA_V1, SCHEMA_VERSION
 
 
 def inbound(
@@ -460,6 +460,48 @@ async def test_new_epoch_and_kv(store: SqliteStore) -> None:
     await store.set_kv("telegram.offset", "10")
     await store.set_kv("telegram.offset", "11")
     assert await store.get_kv("telegram.offset") == "11"
+
+
+async def test_a_message_runs_in_the_epoch_it_was_written_in(store: SqliteStore) -> None:
+    """A message sent before /new runs in the conversation it was written for."""
+    before, _ = await store.accept(inbound("ev1"), home="h", is_command=False)
+    assert await store.new_epoch(before.conversation_id) == 2
+    after, _ = await store.accept(inbound("ev2"), home="h", is_command=False)
+    run_before = await store.begin_run(before.id, "U1")
+    run_after = await store.begin_run(after.id, "U1")
+    assert run_before is not None and run_after is not None
+    assert (run_before.epoch, run_after.epoch) == (1, 2)
+
+
+async def test_a_version_1_store_is_migrated_in_place(db_path: Path) -> None:
+    db_path.parent.mkdir()
+    conn = sqlite3.connect(db_path)
+    conn.executescript(_SCHEMA_V1)
+    conn.execute(
+        "INSERT INTO conversations (thread_key, platform, home, epoch, created_at,"
+        " last_active_at) VALUES ('slack:T1:C1:1.0', 'slack', 'h', 3, 0, 0)"
+    )
+    conn.execute(
+        "INSERT INTO inbox (conversation_id, platform, event_id, thread_key, sender_id, text,"
+        " state, received_at) VALUES (1, 'slack', 'old', 'slack:T1:C1:1.0', 'U1', 'hi',"
+        " 'accepted', 0)"
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    s = SqliteStore(db_path)
+    await s.open()
+    try:
+        (old,) = await s.messages_in_state(InboxState.ACCEPTED)
+        run = await s.begin_run(old.id, "U1")
+        assert run is not None and run.epoch == 3  # written before epochs were kept: today's
+        new, _ = await s.accept(inbound("new"), home="h", is_command=False)
+        run = await s.begin_run(new.id, "U1")
+        assert run is not None and run.epoch == 3
+    finally:
+        await s.close()
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
 
 
 # -- files, durability, schema ---------------------------------------------------------------

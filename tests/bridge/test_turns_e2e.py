@@ -220,3 +220,21 @@ async def test_a_missing_runner_is_a_clear_reply(env: dict[str, str]) -> None:
         errors = await client.wait_role("m", "error")
         assert "/nonexistent/jazz" in errors[0]["text"]
         assert "check runner.command" in errors[0]["text"]
+
+
+async def test_a_message_waiting_for_a_run_slot_does_not_start_while_the_gateway_stops(
+    env: dict[str, str],
+) -> None:
+    env["JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS"] = "1"
+    async with running_gateway(env) as (app, client):
+        await client.post("a", "hold A")
+        await wait_until(lambda: len(client.starts("web:a")) == 1, what="A's run")
+        await client.post("b", "hold B")
+        await client.wait_role("b", "status")  # told it waits for the gateway's limit
+        await app.stop()  # SIGTERM's path: A is stopped, which frees the slot B waits for
+        assert client.starts("web:b") == [], "a new run started while the gateway stopped"
+    client.release("B")
+    async with running_gateway(env) as (_, client):  # B was kept: the next start runs it
+        answer = (await client.wait_role("b", "assistant"))[0]["text"]
+        assert "hold B" in answer
+        assert len(client.starts("web:b")) == 1

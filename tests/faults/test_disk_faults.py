@@ -226,6 +226,28 @@ async def test_a_run_that_ends_while_the_disk_is_full_is_answered_once_space_is_
         await wait_until(replied, 10, "a reply to the run that ended on a full disk")
 
 
+async def test_a_run_that_cannot_start_on_a_full_disk_starts_once_space_is_back(
+    env: dict[str, str], tiny_state: Path, fake_dir: Path
+) -> None:
+    """Y was accepted and waits for the one run slot; the disk fills; X ends and gives the
+    slot to Y, whose start write fails: Y is kept (not dropped) and runs when space is back."""
+    env["JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS"] = "1"
+    async with running_gateway(env) as (_, client):
+        await client.post("x", "wait X")
+        await wait_until(lambda: any(n.get("word") == "wait" for n in notes(fake_dir)))
+        await client.post("y", "hello from y")
+        await client.wait_role("y", "status")  # told it waits for the gateway's limit
+        filler = fill(tiny_state)
+        (fake_dir / "release-X").touch()
+        await nothing_left(fake_dir)  # X is over; its outcome and Y's start meet a full disk
+        filler.unlink()
+        answer = (await client.wait_role("y", "assistant", timeout=30))[0]["text"]
+        assert answer.startswith("ok: hello from y"), answer
+        await client.wait_role("x", "assistant", timeout=30)
+        starts = [n for n in notes(fake_dir) if n.get("event") == "start"]
+        assert [n["prompt"] for n in starts].count("hello from y") == 1
+
+
 async def test_a_full_state_disk_refuses_platform_deliveries_until_space_is_back(
     env: dict[str, str], tiny_state: Path, fake_dir: Path
 ) -> None:

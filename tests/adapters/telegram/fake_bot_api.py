@@ -136,6 +136,13 @@ class FakeBotApi:
                 "description": "Bad Request: can't parse entities: unsupported start tag",
             }
             self.failures.append(Failure(method, 400, body, when))
+        elif kind == "forbidden":  # permanent: no retry gets it through
+            body = {
+                "ok": False,
+                "error_code": 403,
+                "description": "Forbidden: bot was blocked by the user",
+            }
+            self.failures.append(Failure(method, 403, body, when))
         else:
             raise ValueError(kind)
 

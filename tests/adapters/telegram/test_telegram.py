@@ -24,6 +24,7 @@ from tg_support import (
     FakeBotApi,
     post,
     press,
+    private_chat,
     running_gateway,
     sample,
     sent_to,
@@ -232,6 +233,22 @@ async def test_callbacks_only_the_requester_approves_and_every_query_is_answered
         await wait_sent(fake, GROUP, "approved")
         edits = [c for c in fake.called("editMessageText") if int(c.params["message_id"]) == 7777]
         assert edits and "reply_markup" not in edits[-1].params
+
+
+async def test_a_prompt_telegram_refuses_to_show_is_declined_not_waited_on(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """The approval message is refused for good (403): nobody can answer it, so the agent
+    hears "declined" at once instead of waiting (its timeout paused) with the chat held."""
+    fake.fail_next("sendMessage", "forbidden", when=lambda p: "Approval needed" in p["text"])
+    async with running_gateway(env) as (app, _client):
+        ask = update(730000400, private_chat(ADA), ADA, "!approve bash")
+        assert await post(app.port, ask) == 200
+        (answer,) = await wait_sent(fake, ADA, "declined", timeout=20)
+        assert "bash" in answer.params["text"]
+        assert not [c for c in sent_to(fake, ADA) if "Approval needed" in c.params["text"]]
+        await post(app.port, update(730000401, private_chat(ADA), ADA, "and now?"))
+        await wait_sent(fake, ADA, "and now?")  # the conversation was not left held
 
 
 # -- replies -----------------------------------------------------------------------------------
