@@ -101,8 +101,9 @@ CATEGORIES: dict[str, frozenset[str]] = {
     "subagent": frozenset({"subagent_start", "subagent_complete", "subagent_result"}),
     "spend": frozenset({"run_spend"}),
 }
-ALWAYS = frozenset(
-    {"error", "log", "user_input_required", "user_secret_required"} | CATEGORIES["usage"]
+ALWAYS = frozenset(  # the prompts that need a person come whatever --events asks for
+    {"error", "log", "approval_required", "user_input_required", "user_secret_required"}
+    | CATEGORIES["usage"]
 )
 POLICIES = ("read-only", "low-risk", "high-risk")
 DIRECTIVES = (

@@ -46,6 +46,7 @@ STDERR_TAIL = 20
 TOOL_MODE = 0o0755  # rwxr-xr-x  shared runner tools, readable by every account
 MAX_LINE = 16 * 1024 * 1024  # an envelope (or event) longer than this is not one
 CHUNK = 256 * 1024
+MAX_QUEUED_EVENTS = 256  # progress events read ahead of the engine; then the runner waits
 EXIT_POLL_S = 0.05  # how often an exit is looked for while a leftover child holds the pipes
 ANSWER_FRAMES = {
     "approval_decision": "toolCallId",
@@ -140,7 +141,10 @@ class CliRunHandle(RunHandle):
         self.tag = tag
         self.grace = grace
         self.started = time.monotonic()
-        self._events: asyncio.Queue[RunnerEvent | None] = asyncio.Queue()
+        # bounded: while the engine is busy (showing a prompt), a runner that keeps writing
+        # events waits on its full stderr pipe instead of growing the gateway's memory
+        self._events: asyncio.Queue[RunnerEvent | None] = asyncio.Queue(MAX_QUEUED_EVENTS)
+        self._events_ended = False
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._envelope: str | None = None
         self._garbage = False
@@ -156,19 +160,20 @@ class CliRunHandle(RunHandle):
         self._stdin_lock = asyncio.Lock()
 
     async def begin(self) -> None:
-        first = json.dumps({"prompt": self.request.prompt, **self._attachments()}) + "\n"
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(first.encode())
-            await self.proc.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        # The readers and the watchdog exist before the prompt is written, and the prompt is
+        # handed to the pipe without waiting for the runner to read it: a prompt larger
+        # than the pipe's buffer, to a runner that reads it late (or fills stderr first),
+        # would otherwise hold start() with no timeout and no handle to stop.
         self._tasks = [
             asyncio.create_task(self._read_stderr(), name="runner-stderr"),
             asyncio.create_task(self._read_stdout(), name="runner-stdout"),
             asyncio.create_task(self._watchdog(), name="runner-watchdog"),
         ]
         self._finisher = asyncio.create_task(self._finish(), name="runner-finish")
+        first = json.dumps({"prompt": self.request.prompt, **self._attachments()}) + "\n"
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.proc.stdin.write(first.encode())  # buffered; answers drain it in order
 
     def _attachments(self) -> dict[str, Any]:
         if not self.request.attachments:
@@ -216,17 +221,26 @@ class CliRunHandle(RunHandle):
                     self._stderr_tail.append(line[:500])
                     continue
                 if event.type in PROMPT_EVENTS:
-                    ident = event.data.get("toolCallId") or event.data.get("requestId")
+                    ident = event.data.get(_prompt_key(event.type))
                     if isinstance(ident, str):
                         self._pending.add(ident)
                         self._pause()
+                elif event.type == "approval_resolved":  # settled by the runner itself
+                    ident = event.data.get("toolCallId")
+                    if isinstance(ident, str) and ident in self._pending:
+                        self._pending.discard(ident)
+                        self._resume()
                 elif event.type == "error":
                     message = event.data.get("message") or event.data.get("error")
                     if isinstance(message, str):
                         self._stderr_tail.append(message[:500])
                 await self._events.put(event)
         finally:
-            await self._events.put(None)
+            # the end is told even when the queue is full (or this task is cancelled while
+            # it waits for room): events() also ends once it finds the queue empty after it
+            self._events_ended = True
+            with contextlib.suppress(asyncio.QueueFull):
+                self._events.put_nowait(None)
 
     async def _read_stdout(self) -> None:
         assert self.proc.stdout is not None
@@ -271,6 +285,8 @@ class CliRunHandle(RunHandle):
 
     async def _iter_events(self) -> AsyncIterator[RunnerEvent]:
         while True:
+            if self._events_ended and self._events.empty():
+                return
             event = await self._events.get()
             if event is None:
                 return
@@ -380,6 +396,11 @@ class CliRunHandle(RunHandle):
         await self._done.wait()
         assert self._result is not None
         return self._result
+
+
+def _prompt_key(event_type: str) -> str:
+    """The id a prompt event is answered by (the key its answer frame carries)."""
+    return "toolCallId" if event_type == "approval_required" else "requestId"
 
 
 def _event(line: str) -> RunnerEvent | None:

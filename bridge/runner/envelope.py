@@ -50,6 +50,11 @@ def exit_status(exit_code: int | None, *, answered: bool = False) -> str:
     return f"exit code {exit_code}, {EXIT_MEANINGS.get(exit_code, 'crashed')}"
 
 
+def _list(value: Any) -> list[Any]:
+    """A field the contract says is a list; anything else (a number, an object) is none."""
+    return value if isinstance(value, list) else []
+
+
 def parse_envelope(
     line: str | None,
     *,
@@ -81,8 +86,8 @@ def parse_envelope(
         )
     raw_usage = env.get("tokenUsage")
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
-    tool_calls = [c for c in env.get("toolCalls") or [] if isinstance(c, dict)]
-    artifacts = [a for a in env.get("artifacts") or [] if isinstance(a, dict)]
+    tool_calls = [c for c in _list(env.get("toolCalls")) if isinstance(c, dict)]
+    artifacts = [a for a in _list(env.get("artifacts")) if isinstance(a, dict)]
     flags = {
         k: env[k]
         for k in (

@@ -1,0 +1,137 @@
+"""The CLI backend's run handle against small runners of the test's own (real processes):
+what the contract allows a runner to do must never leave a run without a timeout or an end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import sys
+from pathlib import Path
+
+from bridge.runner.base import RunRequest, RunResult
+from bridge.runner.cli import CliRunHandle, CliRunner
+from provisioning.accounts import Account
+from provisioning.homes import Home
+from provisioning.sandbox import run_identity
+
+BOUND_S = 20  # every wait below is bounded by this
+
+
+def home(tmp_path: Path) -> Home:
+    path = tmp_path / "home"
+    (path / "workspace").mkdir(parents=True)
+    me = pwd.getpwuid(os.getuid())
+    return Home(
+        thread_key="web:t",
+        name="t",
+        path=path,
+        account=Account(me.pw_name, me.pw_uid, me.pw_gid),
+        operator_gid=me.pw_gid,
+        isolated=False,
+    )
+
+
+def runner(tmp_path: Path, body: str) -> CliRunner:
+    script = tmp_path / "runner.py"
+    script.write_text("import json, sys, time\n" + body)
+    return CliRunner([sys.executable, str(script)], kill_grace_s=0.5)
+
+
+async def start(
+    tmp_path: Path, r: CliRunner, prompt: str = "hi", timeout_s: float = 1.0
+) -> CliRunHandle:
+    h = home(tmp_path)
+    request = RunRequest(
+        home=h,
+        identity=run_identity(h, surface="web", environ={"PATH": os.environ["PATH"]}),
+        conversation="web:t#1",
+        prompt=prompt,
+        agent="default",
+        approval_policy="low-risk",
+        timeout_s=timeout_s,
+    )
+    handle = await asyncio.wait_for(r.start(request), BOUND_S)
+    assert isinstance(handle, CliRunHandle)
+    return handle
+
+
+async def finish(handle: CliRunHandle, answer: dict[str, object] | None = None) -> RunResult:
+    """Read every event (answering the first prompt with ``answer``), then the result."""
+
+    async def consume() -> None:
+        async for event in handle.events():
+            if answer is not None and event.type.endswith("_required"):
+                await handle.answer(answer)
+
+    await asyncio.wait_for(consume(), BOUND_S)
+    result = await asyncio.wait_for(handle.wait(), BOUND_S)
+    await asyncio.wait_for(handle.settled(), BOUND_S)
+    return result
+
+
+async def test_a_big_prompt_to_a_runner_that_reads_late_still_times_out(tmp_path: Path) -> None:
+    # 300,000 characters: several times a pipe's buffer, unread for 30 s
+    r = runner(tmp_path, "time.sleep(30)\nsys.stdin.readline()\n")
+    try:
+        handle = await start(tmp_path, r, prompt="é" * 300_000)
+        result = await finish(handle)
+        assert result.timed_out and not result.ok
+    finally:
+        await r.close()
+
+
+async def test_envelope_lists_of_the_wrong_type_still_give_the_answer(tmp_path: Path) -> None:
+    r = runner(
+        tmp_path,
+        "sys.stdin.readline()\n"
+        'print(json.dumps({"ok": True, "answer": "hi", "toolCalls": 5, "artifacts": True}))\n',
+    )
+    try:
+        result = await finish(await start(tmp_path, r, timeout_s=10))
+        assert result.ok and result.answer == "hi"
+        assert result.tool_calls == [] and result.artifacts == []
+    finally:
+        await r.close()
+
+
+ASK_THEN_HANG = """
+sys.stdin.readline()
+sys.stderr.write(json.dumps(EVENT) + "\\n")
+sys.stderr.flush()
+sys.stdin.readline()  # the person's answer
+time.sleep(60)  # then hangs: only the timeout ends it
+"""
+
+
+async def test_a_question_answered_by_its_request_id_lets_the_timeout_run_again(
+    tmp_path: Path,
+) -> None:
+    event = {"type": "user_input_required", "requestId": "q1", "toolCallId": "call-9"}
+    r = runner(tmp_path, f"EVENT = {event!r}\n{ASK_THEN_HANG}")
+    try:
+        handle = await start(tmp_path, r)
+        answer = {"type": "user_input_response", "requestId": "q1", "response": "blue"}
+        result = await finish(handle, answer)
+        assert result.timed_out, result
+    finally:
+        await r.close()
+
+
+async def test_an_approval_the_runner_settles_itself_lets_the_timeout_run_again(
+    tmp_path: Path,
+) -> None:
+    r = runner(
+        tmp_path,
+        "sys.stdin.readline()\n"
+        'for e in ({"type": "approval_required", "toolCallId": "a1"},'
+        ' {"type": "approval_resolved", "toolCallId": "a1", "approved": False}):\n'
+        '    sys.stderr.write(json.dumps(e) + "\\n")\n'
+        "sys.stderr.flush()\n"
+        "time.sleep(60)\n",
+    )
+    try:
+        result = await finish(await start(tmp_path, r))  # nobody answers: it settled it
+        assert result.timed_out, result
+    finally:
+        await r.close()
