@@ -121,7 +121,10 @@ class SlackAdapter:
 
     async def initialize(self) -> None:
         s = self.settings
-        if s.mode == "http" and s.signing_secret is None:
+        if s.mode == "http" and not (
+            s.signing_secret and s.signing_secret.get_secret_value().strip()
+        ):
+            # an empty secret would be an HMAC key anyone can sign with
             raise AdapterError(
                 "slack.signing_secret is required in HTTP mode (JAZZ_BRIDGE_SLACK__SIGNING_SECRET"
                 '; the app\'s Basic Information page), or set slack.mode = "socket"'

@@ -68,16 +68,20 @@ OBJECT_LISTS = frozenset({"authorizations", "actions", "response_urls", "files"}
 LISTS = frozenset({"blocks", "attachments"})
 
 
+MAX_TS_DIGITS = 12  # a timestamp longer than this is no Slack timestamp
+
+
 def signature_failure(
     raw: bytes, timestamp: str | None, signature: str | None, secret: str
 ) -> str | None:
     """Why the request is not signed by Slack (``missing``, ``stale``, ``signature``), or None."""
     if not timestamp or not signature:
         return "missing"
-    try:
-        ts = int(timestamp)
-    except ValueError:
+    # Slack sends seconds since the epoch: ten ASCII digits. int() would take a 400-digit
+    # number (whose distance from now overflows a float) or non-ASCII digits.
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= MAX_TS_DIGITS):
         return "missing"
+    ts = int(timestamp)
     if abs(time.time() - ts) > SIGNATURE_WINDOW_S:
         return "stale"
     base = b"v0:" + timestamp.encode("ascii", "replace") + b":" + raw

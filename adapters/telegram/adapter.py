@@ -187,7 +187,8 @@ class TelegramAdapter:
     async def webhook(self, request: web.Request) -> web.Response:
         if self.mode != "webhook" or self._secret is None:
             return web.Response(status=404, text="telegram is not in webhook mode")
-        given = request.headers.get(SECRET_HEADER, "").encode()
+        # surrogateescape: header bytes that are not UTF-8 compare (and fail) as bytes
+        given = request.headers.get(SECRET_HEADER, "").encode("utf-8", "surrogateescape")
         if not hmac.compare_digest(given, self._secret):
             self.ctx.metrics.auth_failures.labels("telegram", "secret").inc()
             log.warning("telegram webhook: wrong or missing %s", SECRET_HEADER)

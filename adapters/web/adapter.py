@@ -187,10 +187,10 @@ class WebAdapter:
         if self._token is None:
             return True
         header = request.headers.get("Authorization", "")
-        given = header.removeprefix("Bearer ").encode() if header.startswith("Bearer ") else b""
-        if not given:
-            given = request.query.get("token", "").encode()
-        return hmac.compare_digest(given, self._token)
+        given = header.removeprefix("Bearer ") if header.startswith("Bearer ") else ""
+        given = given or request.query.get("token", "")
+        # surrogateescape: bytes that are not UTF-8 compare (and fail) as bytes, not a 500
+        return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._token)
 
     def _thread(self, request: web.Request) -> str | None:
         thread = request.match_info["thread"]

@@ -13,6 +13,7 @@ request sent right after is accepted and runs (so the refusals are not an outage
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import hmac
@@ -126,6 +127,27 @@ async def post(
         return r.status, await r.text()
 
 
+async def raw_post(client: Client, path: str, body: bytes, header_line: bytes) -> int:
+    """POST with one header line sent as raw bytes; the status code of the answer."""
+    host, port = client.base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            b"POST " + path.encode() + b" HTTP/1.1\r\nHost: " + host.encode() + b"\r\n"
+            b"Content-Type: application/json\r\nConnection: close\r\n"
+            + header_line
+            + b"\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
+        )
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), 30)
+        return int(status_line.split()[1])
+    finally:
+        writer.close()
+
+
 async def scraped(client: Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """``/metrics`` as a scraper reads it: (sample name, sorted labels) -> value."""
     async with client.session.get(client.base + "/metrics") as r:
@@ -178,6 +200,18 @@ async def test_slack_signatures_wrong_missing_stale_and_tampered_are_refused_cou
             ("missing", {"X-Slack-Signature": signed(body)["X-Slack-Signature"]}, body),
             ("missing", {"X-Slack-Request-Timestamp": str(int(now))}, body),
             ("missing", {"X-Slack-Request-Timestamp": "soon", "X-Slack-Signature": "v0=1"}, body),
+            # no Slack timestamp: 400 digits (its distance from now overflows a float), and
+            # digits that are not ASCII
+            (
+                "missing",
+                {"X-Slack-Request-Timestamp": "1" * 400, "X-Slack-Signature": "v0=1"},
+                body,
+            ),
+            (
+                "missing",
+                {"X-Slack-Request-Timestamp": "\uff11" * 10, "X-Slack-Signature": "v0=1"},
+                body,
+            ),
             # a request captured six minutes ago and replayed now: correctly signed, stale
             ("stale", signed(body, at=now - 6 * 60), body),
             ("stale", signed(body, at=now + 10 * 60), body),  # from the future
@@ -186,7 +220,7 @@ async def test_slack_signatures_wrong_missing_stale_and_tampered_are_refused_cou
             status, text = await post(client, "/slack/events", sent, {**json_type, **headers})
             assert status == 401, (reason, headers, text)
         counted = failures(await scraped(client), "slack")
-        assert counted == {"signature": 4, "missing": 4, "stale": 2}, counted
+        assert counted == {"signature": 4, "missing": 6, "stale": 2}, counted
         assert len(await inbox(app)) == 0, await inbox(app)
 
         # a correct signature right after: accepted and run (the refusals were not an outage)
@@ -224,7 +258,12 @@ async def test_telegram_secret_wrong_missing_or_near_is_refused_counted_not_run(
                 client, "/telegram/webhook", tg_body(100 + n, "never run"), {**json_type, **headers}
             )
             assert status == 403, headers
-        assert failures(await scraped(client), "telegram") == {"secret": len(wrong)}
+        # a secret header whose bytes are not UTF-8 (sent raw, as a client library would not)
+        raw_status = await raw_post(
+            client, "/telegram/webhook", tg_body(150, "never run"), header.encode() + b": \xff\xfe"
+        )
+        assert raw_status == 403
+        assert failures(await scraped(client), "telegram") == {"secret": len(wrong) + 1}
         assert len(await inbox(app)) == 0, await inbox(app)
 
         ok = {**json_type, header: TG_SECRET}
@@ -271,7 +310,9 @@ async def test_bodies_over_the_limit_are_413_on_every_route_counted_not_run(
         assert (await post(client, path, web_ok, {**json_type, "Authorization": "Bearer no"}))[
             0
         ] == 401
-        assert failures(await scraped(client), "web") == {"too_big": 2, "token": 2}
+        not_utf8 = await raw_post(client, path, web_ok, b"Authorization: Bearer \xff\xfe")
+        assert not_utf8 == 401
+        assert failures(await scraped(client), "web") == {"too_big": 2, "token": 3}
         assert len(await inbox(app)) == 0, await inbox(app)
         assert client.starts() == []
 

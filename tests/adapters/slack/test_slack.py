@@ -594,9 +594,17 @@ async def test_allowlists_and_configuration_errors(env: dict[str, str], fake: Fa
         async with running_gateway(no_list):
             pass
     no_secret = {k: v for k, v in env.items() if k != "JAZZ_BRIDGE_SLACK__SIGNING_SECRET"}
-    with pytest.raises(AdapterError, match=r"slack\.signing_secret"):
-        async with running_gateway(no_secret):
-            pass
+    # unset, or set to nothing (an unset variable in a unit file): an empty HMAC key is one
+    # anyone can sign with, so the gateway does not start with it
+    for secret in (None, "", "   "):
+        configured = (
+            no_secret
+            if secret is None
+            else {**no_secret, "JAZZ_BRIDGE_SLACK__SIGNING_SECRET": secret}
+        )
+        with pytest.raises(AdapterError, match=r"slack\.signing_secret"):
+            async with running_gateway(configured):
+                pass
     for key, value in (
         ("ALLOWED_TEAMS", '["T0OTHER"]'),
         ("ALLOWED_CHANNELS", '["C0OTHER"]'),
