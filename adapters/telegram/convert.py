@@ -2,7 +2,9 @@
 
 Markdown -> Telegram text + entities is done by telegramify-markdown (a maintained
 converter that measures offsets in UTF-16 code units, as Telegram does) and split to
-Telegram's 4096-unit limit with entities clipped into each part, never cut open.
+Telegram's 4096-unit limit with entities clipped into each part, never cut open. Raw HTML
+in an answer (``<your-token>``, ``Vec<u8>``, an XML snippet outside a fence) is shown as
+the text it is: the converter drops HTML it has no entity for.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+import pyromark
 import telegramify_markdown
 from telegram import Message, MessageEntity, PhotoSize, User
 
@@ -25,6 +28,14 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("stop", "Stop the current run"),
 )
 SHARED_CHAT_TYPES = frozenset({"group", "supergroup", "channel"})
+# the parser options telegramify-markdown parses with (its converter.STANDARD_OPTIONS)
+PARSE_OPTIONS = (
+    pyromark.Options.ENABLE_TABLES
+    | pyromark.Options.ENABLE_STRIKETHROUGH
+    | pyromark.Options.ENABLE_TASKLISTS
+    | pyromark.Options.ENABLE_MATH
+)
+KEPT_HTML = frozenset({"<tg-spoiler>", "</tg-spoiler>"})  # the one tag Telegram shows
 
 
 # -- Markdown -> Telegram --------------------------------------------------------------------
@@ -47,9 +58,39 @@ def _entity(e: telegramify_markdown.MessageEntity) -> MessageEntity:
     )
 
 
+def literal_html(markdown: str) -> str:
+    """``markdown`` with raw HTML escaped (``\\<``), so it shows as the text it is.
+
+    CommonMark reads ``<your-token>`` or ``List<String>`` as inline HTML and a line that
+    starts with a tag as an HTML block; the converter drops both. The parser says where
+    they are (code spans and blocks are never HTML), and each ``<`` there is escaped.
+    """
+    if "<" not in markdown:
+        return markdown
+    raw = markdown.encode()
+    cuts: list[int] = []  # byte offsets of each "<" to escape
+    for payload, where in pyromark.events_with_range(markdown, options=PARSE_OPTIONS):
+        if not isinstance(payload, dict):
+            continue
+        html = payload.get("InlineHtml", payload.get("Html"))
+        if not isinstance(html, str) or html.strip().lower() in KEPT_HTML:
+            continue
+        start, end = where["start"], where["end"]
+        cuts.extend(i for i in range(start, end) if raw[i] == 0x3C)  # "<"
+    if not cuts:
+        return markdown
+    out = bytearray()
+    last = 0
+    for i in sorted(set(cuts)):
+        out += raw[last:i] + b"\\"
+        last = i
+    out += raw[last:]
+    return out.decode()
+
+
 def render(markdown: str, limit: int = MAX_MESSAGE) -> list[Part]:
     """Markdown as Telegram messages of at most ``limit`` UTF-16 units each."""
-    text, entities = telegramify_markdown.convert(markdown)
+    text, entities = telegramify_markdown.convert(literal_html(markdown))
     if not text.strip():
         fallback = markdown.strip() or "…"
         return [Part(chunk, ()) for chunk in split_plain(fallback, limit)]

@@ -249,3 +249,25 @@ async def test_chat_not_found_is_permanent_and_downloads_over_20_mb_refused(
     fake.add_file("f2", "documents/f2.txt", b"hello")
     data = await s.download(Attachment(name="f2.txt", platform_id="f2"), 1000)
     assert data == b"hello"
+
+
+def test_text_that_looks_like_html_is_shown_as_written() -> None:
+    """CommonMark reads <your-token> or Vec<u8> as HTML, which Telegram cannot show: the
+    answer keeps it as text (code, spoilers and a plain "<" as before)."""
+    cases = {
+        "Replace <your-token> with the key; it returns Vec<u8>.": (
+            "Replace <your-token> with the key; it returns Vec<u8>."
+        ),
+        "Add this:\n\n<dependency>\n<id>x</id>\n</dependency>\n\nThen rebuild.": (
+            "Add this:\n\n<dependency>\n<id>x</id>\n</dependency>\n\nThen rebuild."
+        ),
+        "a < b, `<code>` and é <b>bold?</b>": "a < b, <code> and é <b>bold?</b>",
+    }
+    for markdown, shown in cases.items():
+        (part,) = convert.render(markdown)
+        assert part.text == shown, (markdown, part.text)
+    (code,) = convert.render("a < b, `<code>` and é <b>bold?</b>")
+    assert [(e.type, e.offset, e.length) for e in code.entities] == [("code", 7, 6)]
+    (spoiler,) = convert.render("||hidden|| and <tg-spoiler>too</tg-spoiler>")
+    assert spoiler.text == "hidden and too"
+    assert [e.type for e in spoiler.entities] == ["spoiler", "spoiler"]
