@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import naming, safefs
-from .errors import AccountError, UidRangeExhausted
+from . import archive, naming, safefs
+from .errors import AccountError, UidRangeExhausted, UidTaken
 from .layout import Layout
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ MAP_SCHEMA = 1
 DEFAULT_UID_RANGE = (70000, 79999)
 NOLOGIN_CANDIDATES = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false")
 ACCOUNT_COMMENT = "jazz-bridge conversation"
+MAX_ALLOCATIONS = 3  # uids tried for a new home whose uid another account took meanwhile
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,24 @@ class AccountRegistry:
                 "created": _now(),
                 "rebuilt": True,
             }
+        # homes not on disk (archived) keep their accounts: /etc/passwd names each
+        # conversation account's home directory, so a restored home gets its own uid back
+        for pw in pwd.getpwall():
+            home_dir = Path(pw.pw_dir)
+            if (
+                pw.pw_gecos.startswith(ACCOUNT_COMMENT)
+                and lo <= pw.pw_uid <= hi
+                and home_dir.parent == self.layout.chats
+                and naming.is_home_name(home_dir.name)
+                and home_dir.name not in rebuilt
+            ):
+                rebuilt[home_dir.name] = {
+                    "name": pw.pw_name,
+                    "uid": pw.pw_uid,
+                    "gid": pw.pw_gid,
+                    "created": _now(),
+                    "rebuilt": True,
+                }
         if rebuilt:
             log.warning(
                 "rebuilt the account map %s from %d home(s) on disk",
@@ -215,7 +234,13 @@ class AccountRegistry:
     # -- creation -----------------------------------------------------------------------------
 
     def ensure(self, home: str, thread_key: str | None = None) -> Account:
-        """The account of ``home``, created (or recreated) when missing."""
+        """The account of ``home``, created (or recreated) when missing.
+
+        The map is written before the account is made (a crash in between recreates the same
+        one). If, by then, another account holds that uid or gid (another gateway on this
+        host with an overlapping range, or an admin) and the home has no files yet, another
+        uid is taken; a home with files keeps its uid and the conflict is an error to resolve.
+        """
         with self._locked():
             entry = self._accounts.get(home)
             if entry is None:
@@ -225,12 +250,29 @@ class AccountRegistry:
             elif thread_key and entry.get("threadKey") != thread_key:
                 entry["threadKey"] = thread_key
                 self._save()
-            self._materialize(home, entry)
-            return _account(entry)
+            for attempt in range(1, MAX_ALLOCATIONS + 1):
+                try:
+                    self._materialize(home, entry)
+                    return _account(entry)
+                except UidTaken as exc:
+                    has_files = os.path.lexists(self.layout.home(home)) or (
+                        archive.tarball_path(self.layout, home).exists()
+                    )
+                    if has_files or attempt == MAX_ALLOCATIONS:
+                        raise
+                    log.warning("%s; home %s has no files yet: taking another uid", exc, home)
+                    del self._accounts[home]  # not counted as used by the next allocation
+                    blocked = int(entry["uid"])
+                    entry = self._allocate(home, thread_key, avoid={blocked})
+                    self._accounts[home] = entry
+                    self._save()
+            raise AssertionError("unreachable")  # the loop returns or raises
 
-    def _allocate(self, home: str, thread_key: str | None) -> dict[str, Any]:
+    def _allocate(
+        self, home: str, thread_key: str | None, avoid: set[int] | None = None
+    ) -> dict[str, Any]:
         lo, hi = self.uid_range
-        used = {int(e["uid"]) for e in self._accounts.values()}
+        used = {int(e["uid"]) for e in self._accounts.values()} | (avoid or set())
         owners = self._home_owners()
         own_home_owner = next((u for u, h in owners.items() if h == home), None)
         if own_home_owner is not None and lo <= own_home_owner <= hi and own_home_owner not in used:
@@ -296,14 +338,14 @@ class AccountRegistry:
             return
         other = _pw_by_uid(uid)
         if other is not None:
-            raise AccountError(
+            raise UidTaken(
                 f"uid {uid} of home {home} now belongs to account {other.pw_name}; it is never "
                 "taken over: remove that account or move the home to another uid by hand"
             )
         group = _gr_by_name(name)
         if group is None:
             if _gr_by_gid(uid) is not None:
-                raise AccountError(
+                raise UidTaken(
                     f"gid {uid} (the private group of {name}) belongs to group "
                     f"{_gr_by_gid(uid).gr_name}; refusing to share it"  # type: ignore[union-attr]
                 )

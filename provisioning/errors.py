@@ -30,6 +30,10 @@ class UidRangeExhausted(AccountError):
     """Every uid of the configured range is in use."""
 
 
+class UidTaken(AccountError):
+    """The uid (or private gid) the map names for a home belongs to another account."""
+
+
 class StateFileError(ProvisioningError):
     """A state file could not be read or written."""
 

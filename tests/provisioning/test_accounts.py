@@ -13,7 +13,8 @@ from accounts_support import OperatorGroup, needs_root
 
 from provisioning import naming
 from provisioning.accounts import AccountRegistry
-from provisioning.errors import NewerSchemaError
+from provisioning.archive import archive_home
+from provisioning.errors import AccountError, NewerSchemaError
 from provisioning.homes import Homes
 from provisioning.layout import init_root
 
@@ -116,3 +117,58 @@ def test_newer_map_is_refused_and_left_untouched(
     with pytest.raises(NewerSchemaError, match="newer"):
         homes.ensure("web:y")
     assert map_path.read_bytes() == data
+
+
+def test_a_lost_map_gives_an_archived_home_its_own_uid_back(
+    shared_root: Path, operator_group: OperatorGroup, uid_range: tuple[int, int]
+) -> None:
+    homes, _ = _setup(shared_root, operator_group, uid_range)
+    archived = homes.ensure("web:sleeping")
+    (archived.path / "history" / "conv.jsonl").write_text("A's history\n")
+    os.chown(archived.path / "history" / "conv.jsonl", archived.account.uid, operator_group.gid)
+    homes.ensure("web:awake")  # another home, on disk
+    archive_home(homes.root, archived.name)
+    (shared_root / "state" / "accounts.json").write_text("{ not json")  # the map is lost
+    fresh, _ = _setup(shared_root, operator_group, uid_range)
+    back = fresh.ensure("web:sleeping")  # rebuilt map, then the restore
+    assert back.account.uid == archived.account.uid
+    st = (back.path / "history" / "conv.jsonl").stat()
+    assert st.st_uid == back.account.uid
+
+
+def test_a_uid_taken_before_its_account_was_made_is_replaced_while_the_home_is_empty(
+    shared_root: Path, operator_group: OperatorGroup, uid_range: tuple[int, int]
+) -> None:
+    """The map names a uid (a crash before useradd, or another gateway on this host took
+    it meanwhile); with nothing of the home on disk yet, another uid is taken."""
+    homes, registry = _setup(shared_root, operator_group, uid_range)
+    lo, _hi = uid_range
+    name = naming.home_name("web:late")
+    map_path = shared_root / "state" / "accounts.json"
+    doc = {
+        "schemaVersion": 1,
+        "root": str(shared_root),
+        "uidRange": list(uid_range),
+        "accounts": {name: {"name": "jb-late0000", "uid": lo, "gid": lo, "created": "x"}},
+    }
+    map_path.write_text(json.dumps(doc))
+    squatter = f"jbsquat{lo}"
+    subprocess.run(
+        ["useradd", "--system", "--uid", str(lo), "--no-create-home", squatter], check=True
+    )
+    try:
+        home = homes.ensure("web:late")
+        assert home.account.uid != lo
+        assert pwd.getpwnam(home.account.name).pw_uid == home.account.uid
+        saved = json.loads(map_path.read_text())["accounts"][name]
+        assert saved["uid"] == home.account.uid
+        # a home with files keeps its uid: the same conflict is then an error to resolve
+        other = naming.home_name("web:kept")
+        doc["accounts"] = {other: {"name": "jb-kept0000", "uid": lo, "gid": lo, "created": "x"}}
+        map_path.write_text(json.dumps(doc))
+        (shared_root / "chats" / other).mkdir()
+        with pytest.raises(AccountError, match="never taken over"):
+            registry.ensure(other)
+    finally:
+        subprocess.run(["userdel", squatter], check=False)
+        subprocess.run(["groupdel", squatter], check=False, capture_output=True)
