@@ -49,15 +49,18 @@ def setup_logging(
     chosen = level or (settings.log.level if settings else "INFO")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if settings is not None and settings.log.file is not None:
-        settings.log.file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(
-            logging.handlers.RotatingFileHandler(
-                settings.log.file,
-                maxBytes=settings.log.max_bytes,
-                backupCount=settings.log.backups,
-                encoding="utf-8",
+        try:
+            settings.log.file.parent.mkdir(parents=True, exist_ok=True)
+            handlers.append(
+                logging.handlers.RotatingFileHandler(
+                    settings.log.file,
+                    maxBytes=settings.log.max_bytes,
+                    backupCount=settings.log.backups,
+                    encoding="utf-8",
+                )
             )
-        )
+        except OSError as exc:  # an operator's command must not fail on the gateway's log
+            sys.stderr.write(f"jazz-bridge: warning: not logging to {settings.log.file}: {exc}\n")
     # JSON lines unless on a terminal (log.format), every configured secret masked
     logs.install(handlers, fmt=settings.log.format if settings else "auto", settings=settings)
     if writer_thread:
@@ -151,7 +154,7 @@ def _operator_view(args: argparse.Namespace, settings: CoreSettings) -> int:
         raise BridgeError(f"no gateway state at {layout.database}: is root {layout.root} right?")
 
     async def go() -> int:
-        store = SqliteStore(layout.database)
+        store = SqliteStore(layout.database, read_only=True)  # a listing never writes
         await store.open()
         try:
             ops = Operators(store, layout, resolve_isolation(settings.isolation))
@@ -207,15 +210,17 @@ def _archive_view(args: argparse.Namespace, settings: CoreSettings) -> int:
     import time
 
     from provisioning.archive import is_archived
+    from provisioning.layout import Layout
 
     from .app import provision
     from .operators import Operators
     from .store import ConversationRecord, SqliteStore
 
+    database = Layout(settings.root.absolute()).database
+    if not database.exists():  # before provision(), which would make a whole root there
+        raise BridgeError(f"no gateway state at {database}: is root {settings.root} right?")
     prov = provision(settings, repair_homes=False)
     layout = prov.root.layout
-    if not layout.database.exists():
-        raise BridgeError(f"no gateway state at {layout.database}: is root {layout.root} right?")
 
     async def find(ops: Operators, key: str) -> ConversationRecord:
         conv = await ops.find(key)
@@ -426,7 +431,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup_logging(settings, getattr(args, "log_level", None), writer_thread=threaded)
         code: int = args.func(args, settings, specs)
         return code
-    except (BridgeError, ProvisioningError) as exc:
+    except (BridgeError, ProvisioningError, OSError) as exc:
+        # OSError: a path that is not a directory, a file it may not read... its message
+        # names the path and the reason; a traceback would add nothing for an operator
         logs.stop_writer()  # the lines logged before it come first
         sys.stderr.write(f"jazz-bridge: error: {exc}\n")
         return EXIT_ERROR

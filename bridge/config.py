@@ -10,8 +10,12 @@ key; secrets are ``SecretStr`` and print masked. Adapter sections (``[slack]``,
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
+import re
 import tomllib
+import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +26,7 @@ from pydantic_settings import (
     EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -174,15 +179,79 @@ def _describe(errors: Iterable[Any], origin: str) -> str:
     for err in errors:
         key = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
         message = err.get("msg", "invalid")
-        if err.get("type") == "extra_forbidden":
+        unknown = err.get("type") == "extra_forbidden"
+        if unknown:
             message = "unknown key"
         shown = ""
-        if not any(h in key.lower() for h in SECRET_HINTS) and "input" in err:
+        # an unknown key may be a secret's key mistyped (bot_tokne): its value never shows
+        if not unknown and not any(h in key.lower() for h in SECRET_HINTS) and "input" in err:
             value = err["input"]
             if isinstance(value, str | int | float | bool) and len(repr(value)) < 80:
                 shown = f" (got {value!r})"
         lines.append(f"  {key}: {message}{shown}")
     return f"invalid configuration ({origin}):\n" + "\n".join(lines)
+
+
+def _check_env_names(environ: Mapping[str, str], fields: Mapping[str, Any]) -> None:
+    """A ``JAZZ_BRIDGE_*`` variable that names no setting is refused, naming it.
+
+    pydantic-settings ignores such names, so a mistyped JAZZ_BRIDGE_ISOLATON=on (or a single
+    underscore, JAZZ_BRIDGE_TELEGRAM_TOKEN) would leave the setting at its default unseen.
+    """
+    wrong = []
+    for name in environ:
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper == CONFIG_ENV:
+            continue
+        first = upper[len(ENV_PREFIX) :].split("__")[0].lower()
+        if first not in fields:
+            close = difflib.get_close_matches(first, sorted(fields), n=1)
+            hint = ""
+            if close:
+                kind = fields[close[0]].annotation
+                section = isinstance(kind, type) and issubclass(kind, BaseModel)
+                hint = (
+                    f" (did you mean {ENV_PREFIX}{close[0].upper()}{'__KEY' if section else ''}?)"
+                )
+            wrong.append(f"  {name}: no setting {first!r}{hint}")
+    if wrong:
+        raise ConfigError(
+            "environment variables that name no setting (sections and keys are joined by "
+            "two underscores, e.g. JAZZ_BRIDGE_TELEGRAM__TOKEN):\n" + "\n".join(sorted(wrong))
+        )
+
+
+def _not_json(exc: SettingsError, environ: Mapping[str, str], cls: type[BaseModel]) -> str:
+    """Which variable held a list or table that is not JSON (pydantic-settings names only
+    the section)."""
+    match = re.search(r'field "(\w+)"', str(exc))
+    field = cls.model_fields.get(match.group(1)) if match else None
+    section = field.annotation if field is not None else None
+    suspects = []
+    if match and isinstance(section, type) and issubclass(section, BaseModel):
+        upper = {k.upper(): v for k, v in environ.items()}
+        for key, info in section.model_fields.items():
+            if not _is_collection(info.annotation):
+                continue
+            name = f"{ENV_PREFIX}{match.group(1).upper()}__{key.upper()}"
+            if name in upper:
+                try:
+                    json.loads(upper[name])
+                except ValueError:
+                    suspects.append(name)
+    named = ", ".join(suspects) or f"a {ENV_PREFIX}* variable"
+    return (
+        f"invalid configuration (environment): {named}: a list or table in the environment "
+        f"must be JSON, e.g. {ENV_PREFIX}SLACK__ALLOWED_TEAMS='[\"T0123\"]'"
+    )
+
+
+def _is_collection(annotation: Any) -> bool:
+    """A list, tuple, set or dict type (also inside an Optional or a union)."""
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple, set, frozenset, dict):
+        return True
+    return any(_is_collection(arg) for arg in typing.get_args(annotation))
 
 
 def load_settings(
@@ -205,10 +274,13 @@ def load_settings(
     cls._toml_path = path  # type: ignore[attr-defined]
     origin = f"file {path}, environment {ENV_PREFIX}*" if path else f"environment {ENV_PREFIX}*"
     cls._environ = env  # type: ignore[attr-defined]
+    _check_env_names(env, cls.model_fields)
     try:
         settings = cls()
     except ValidationError as exc:
         raise ConfigError(_describe(exc.errors(), origin)) from None
+    except SettingsError as exc:  # a list or table given as plain text in the environment
+        raise ConfigError(_not_json(exc, env, cls)) from None
     if settings.accounts.uid_min > settings.accounts.uid_max:
         raise ConfigError("accounts.uid_min must not be above accounts.uid_max")
     object.__setattr__(settings, "_toml_file", path)

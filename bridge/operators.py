@@ -82,8 +82,11 @@ def parse_since(value: str) -> float:
     """``7d``, ``12h``, ``30m`` ago, or an ISO date/time (UTC when no zone is given)."""
     match = re.fullmatch(r"(\d+)([dhm])", value.strip())
     if match:
-        n, unit = int(match.group(1)), match.group(2)
-        delta = {"d": timedelta(days=n), "h": timedelta(hours=n), "m": timedelta(minutes=n)}[unit]
+        n, unit = int(match.group(1)), {"d": "days", "h": "hours", "m": "minutes"}[match.group(2)]
+        try:
+            delta = timedelta(**{unit: n})
+        except OverflowError:
+            raise ValueError(f"--active-since {value!r}: too far back to count") from None
         return time.time() - delta.total_seconds()
     try:
         parsed = datetime.fromisoformat(value)
@@ -96,10 +99,12 @@ def parse_since(value: str) -> float:
     return parsed.timestamp()
 
 
-def key_from_link(link: str) -> tuple[str, str] | None:
-    """(platform, pattern) for a Slack permalink or a Telegram t.me message link.
+def key_from_link(link: str) -> tuple[str, tuple[str, ...]] | None:
+    """(platform, patterns) for a Slack permalink or a Telegram t.me message link.
 
-    The pattern is a thread key with ``*`` for the parts a link does not carry.
+    Each pattern is a thread key with ``*`` for the parts a link does not carry; they are
+    tried in order (the most precise first), and a pattern counts only when it matches one
+    conversation.
     """
     url = urlparse(link)
     host = url.netloc.lower()
@@ -109,16 +114,20 @@ def key_from_link(link: str) -> tuple[str, str] | None:
             return None
         channel, ts = m.group(1), f"{m.group(2)}.{m.group(3)}"
         thread = parse_qs(url.query).get("thread_ts", [ts])[0]
-        return "slack", f"slack:*:{channel}:{thread}"
+        patterns = [f"slack:*:{channel}:{thread}"]
+        if channel.startswith("D"):  # a DM's own conversation has no thread in its key
+            patterns.append(f"slack:*:{channel}")
+        return "slack", tuple(patterns)
     if host in ("t.me", "telegram.me"):
         parts = [p for p in url.path.split("/") if p]
         if len(parts) >= 3 and parts[0] == "c":
             chat = f"-100{parts[1]}"
             if len(parts) >= 4:  # /c/<chat>/<topic>/<message>
-                return "telegram", f"telegram:{chat}:{parts[2]}"
-            return "telegram", f"telegram:{chat}*"
+                return "telegram", (f"telegram:{chat}:{parts[2]}",)
+            # /c/<chat>/<message>: the chat's own conversation, else its one topic
+            return "telegram", (f"telegram:{chat}", f"telegram:{chat}:*")
         if len(parts) >= 2:  # public @username link: the chat id is not in it
-            return "telegram", f"telegram:@{parts[0]}*"
+            return "telegram", (f"telegram:@{parts[0]}*",)
     return None
 
 
@@ -154,13 +163,11 @@ class Operators:
             return by_key[ref]
         link = key_from_link(ref) if "://" in ref else None
         if link is not None:
-            _, pattern = link
-            hits = [c for c in conversations if _matches(pattern, c.thread_key)]
-            if not hits and pattern.endswith("*"):
-                hits = [
-                    c for c in conversations if _matches(pattern.rstrip("*") + ":*", c.thread_key)
-                ]
-            return hits[0] if len(hits) == 1 else None
+            for pattern in link[1]:
+                hits = [c for c in conversations if _matches(pattern, c.thread_key)]
+                if hits:
+                    return hits[0] if len(hits) == 1 else None  # ambiguous: say none
+            return None
         name = Path(ref.rstrip("/")).name
         return next((c for c in conversations if c.home == name), None)
 

@@ -201,11 +201,17 @@ def _is_unreadable(exc: sqlite3.DatabaseError) -> bool:
 class SqliteStore(Store):
     """The durable store on one SQLite file at ``path`` (see the module docstring)."""
 
-    def __init__(self, path: Path, *, file_mode: int = STATE_FILE_MODE) -> None:
+    def __init__(
+        self, path: Path, *, file_mode: int = STATE_FILE_MODE, read_only: bool = False
+    ) -> None:
+        """``read_only``: for commands that only look (``homes list``/``show``): the file is
+        opened as it is, never created, repaired, moved aside or migrated, so an operator
+        in the group (who may read it, not write it) can use it beside a running gateway."""
         if file_mode & 0o007:
             raise ValueError(f"store file mode {file_mode:#o} would be world-accessible")
         self.path = Path(path)
         self.file_mode = file_mode
+        self.read_only = read_only
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None  # touched only on the worker thread
         # group commit of every write (see _tx)
@@ -342,6 +348,8 @@ class SqliteStore(Store):
             raise StoreError(f"cannot open store {self.path}: {exc}") from exc
 
     def _open_sync(self) -> sqlite3.Connection:
+        if self.read_only:
+            return self._open_read_only()
         self.path.parent.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
         conn, problem = self._connect_checked()
         if conn is None:
@@ -357,6 +365,45 @@ class SqliteStore(Store):
             conn.close()
             raise
         return conn
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        if not self.path.is_file():
+            raise StoreError(f"no store at {self.path}")
+        conn = sqlite3.connect(
+            f"{self.path.absolute().as_uri()}?mode=ro",
+            uri=True,
+            isolation_level=None,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+        )
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise StoreSchemaTooNew(
+                    f"store {self.path} has schema version {version}, newer than "
+                    f"{SCHEMA_VERSION} which this jazz-bridge understands"
+                )
+            if version == 0:
+                raise StoreError(f"{self.path} is not a jazz-bridge store (no schema version)")
+            problems = [str(row[0]) for row in conn.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise StoreError(self._damaged("quick_check: " + " / ".join(problems[:3])[:300]))
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if _is_unreadable(exc):
+                raise StoreError(self._damaged(str(exc))) from None
+            raise
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _damaged(self, why: str) -> str:
+        return (
+            f"store {self.path} is damaged ({why}); it was left as it is: the gateway moves it "
+            "aside (and starts an empty one) at its next start"
+        )
 
     def _connect_checked(self) -> tuple[sqlite3.Connection | None, str]:
         """Connect and check the file: ``(connection, "")``, or ``(None, why)`` if unreadable.

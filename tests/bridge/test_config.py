@@ -119,3 +119,65 @@ def test_the_example_config_is_valid() -> None:
     example = Path(__file__).resolve().parents[2] / "deploy" / "config.example.toml"
     s = load_settings(example, adapter_sections=SECTIONS, environ={})
     assert s.root == Path("/srv/jazz-bridge")
+
+
+def test_a_mistyped_secret_key_never_shows_its_value(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[slack]\nbot_tokne = "xoxb-1111-2222-secretvalue"\n')
+    environ = {"JAZZ_BRIDGE_TELEGRAM__TOKN": "123456:ABCDEFsecretTOKEN"}
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg, adapter_sections=SECTIONS, environ=environ)
+    message = str(info.value)
+    assert "slack.bot_tokne: unknown key" in message and "telegram.tokn: unknown key" in message
+    assert "secretvalue" not in message and "secretTOKEN" not in message
+
+
+def test_environment_names_that_match_no_setting_are_refused_by_name() -> None:
+    environ = {
+        "JAZZ_BRIDGE_ISOLATON": "on",
+        "JAZZ_BRIDGE_TELEGRAM_TOKEN": "123:abc",  # one underscore short
+        "JAZZ_BRIDGE_CONFIG": "",  # the config file's own variable is not a setting
+    }
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, adapter_sections=SECTIONS, environ=environ)
+    message = str(info.value)
+    assert "JAZZ_BRIDGE_ISOLATON: no setting 'isolaton' (did you mean JAZZ_BRIDGE_ISOLATION?)" in (
+        message
+    )
+    assert "JAZZ_BRIDGE_TELEGRAM_TOKEN" in message and "JAZZ_BRIDGE_TELEGRAM__KEY" in message
+    assert "123:abc" not in message
+
+
+def test_a_list_given_as_plain_text_in_the_environment_is_named() -> None:
+    environ = {
+        "JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS": "T0123",
+        "JAZZ_BRIDGE_SLACK__BOT_TOKEN": "xoxb-1",
+    }
+    with pytest.raises(
+        ConfigError, match=r"JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS: a list or table"
+    ) as info:
+        load_settings(None, adapter_sections=SECTIONS, environ=environ)
+    assert "BOT_TOKEN" not in str(info.value)
+
+
+def test_command_line_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    runs = [
+        (["init", "--root", str(blocker / "x")], {}),
+        (["config", "check"], {"JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS": "T0123"}),
+        (["homes", "archive", "web:x"], {"JAZZ_BRIDGE_ROOT": str(tmp_path / "nope")}),
+    ]
+    for args, extra in runs:
+        done = subprocess.run(
+            [sys.executable, "-m", "bridge.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env={"PATH": "/usr/bin:/bin", "JAZZ_BRIDGE_ISOLATION": "off", **extra},
+        )
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith("jazz-bridge: error:"), (args, done.stderr)
+        assert "Traceback" not in done.stderr, (args, done.stderr)
+    assert not (tmp_path / "nope").exists()  # a wrong root is named, not made

@@ -44,16 +44,26 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 def test_links_resolve_to_thread_key_patterns() -> None:
     assert key_from_link(
         "https://acme.slack.com/archives/C0CHAN0001/p1764669700000200?thread_ts=1764669600.000100"
-    ) == ("slack", "slack:*:C0CHAN0001:1764669600.000100")
+    ) == ("slack", ("slack:*:C0CHAN0001:1764669600.000100",))
     assert key_from_link("https://acme.slack.com/archives/C0CHAN0001/p1764669600000100") == (
         "slack",
-        "slack:*:C0CHAN0001:1764669600.000100",
+        ("slack:*:C0CHAN0001:1764669600.000100",),
+    )
+    assert key_from_link("https://acme.slack.com/archives/D0DMCHAN/p1764669800000300") == (
+        "slack",
+        ("slack:*:D0DMCHAN:1764669800.000300", "slack:*:D0DMCHAN"),
     )
     assert key_from_link("https://t.me/c/9876543210/42/412") == (
         "telegram",
-        "telegram:-1009876543210:42",
+        ("telegram:-1009876543210:42",),
+    )
+    assert key_from_link("https://t.me/c/987654321/77") == (
+        "telegram",
+        ("telegram:-100987654321", "telegram:-100987654321:*"),
     )
     assert key_from_link("https://example.com/x") is None
+    with pytest.raises(ValueError, match="too far back"):
+        parse_since("99999999999d")
     with pytest.raises(ValueError, match="duration like 7d"):
         parse_since("last tuesday")
 
@@ -310,3 +320,62 @@ async def test_the_ops_listing_reuses_a_measured_size(
             assert len({r["account"] for r in before.values()}) == 2
     finally:
         await store.close()
+
+
+async def test_a_link_finds_its_own_conversation_not_one_whose_id_starts_the_same(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "state" / "bridge.db")
+    await store.open()
+    try:
+        keys = ("telegram:-10098765432100", "telegram:-1001234567890:42", "slack:T0TEAM:D0DMCHAN")
+        for i, key in enumerate(keys):
+            await store.accept(
+                Inbound(
+                    platform=key.split(":")[0],
+                    event_id=f"e{i}",
+                    thread_key=key,
+                    sender_id="u",
+                    text="hi",
+                ),
+                home=naming.home_name(key),
+                is_command=False,
+            )
+        ops = Operators(store, Layout(tmp_path), False)
+
+        async def found(link: str) -> str | None:
+            conv = await ops.find(link)
+            return conv.thread_key if conv else None
+
+        # chat -100987654321 is not chat -10098765432100 (a prefix of its id)
+        assert await found("https://t.me/c/987654321/77") is None
+        # a message link without a topic: the chat's own conversation, else its one topic
+        assert await found("https://t.me/c/1234567890/99") == "telegram:-1001234567890:42"
+        # a DM's permalink finds the DM's conversation (its key has no thread)
+        dm = "https://acme.slack.com/archives/D0DMCHAN/p1764669800000300"
+        assert await found(dm) == "slack:T0TEAM:D0DMCHAN"
+    finally:
+        await store.close()
+
+
+async def test_listing_only_reads_the_store_and_names_a_damaged_one(env: dict[str, str]) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("ro", "hello")
+        await client.wait_role("ro", "assistant")
+    state = Path(env["JAZZ_BRIDGE_ROOT"]) / "state"
+    db = state / "bridge.db"
+    listed = cli(env, "homes", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [r["threadKey"] for r in json.loads(listed.stdout)] == ["web:ro"]
+    # damaged pages (a disk error): named, left as they are, never moved aside by a listing
+    data = bytearray(db.read_bytes())
+    page = int.from_bytes(data[16:18], "big") or 65536
+    data[page:] = (b"\xde\xad\xbe\xef" * (len(data) // 4 + 1))[: len(data) - page]
+    db.write_bytes(bytes(data))
+    files = sorted(p.name for p in state.iterdir())
+    for args in (("homes", "list"), ("homes", "show", "web:ro")):
+        damaged = cli(env, *args)
+        assert damaged.returncode == 2, (args, damaged.stdout, damaged.stderr)
+        assert "damaged" in damaged.stderr and "Traceback" not in damaged.stderr
+    assert sorted(p.name for p in state.iterdir()) == files  # nothing moved, nothing made
+    assert db.read_bytes() == bytes(data)
