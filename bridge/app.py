@@ -38,6 +38,10 @@ from .turns import Engine
 
 log = logging.getLogger(__name__)
 
+HTTP_SHUTDOWN_TIMEOUT_S = (
+    5.0  # requests still open at stop (a browser's event stream) get this long
+)
+
 
 @dataclass(frozen=True)
 class Provisioned:
@@ -197,7 +201,14 @@ class GatewayApp:
         await self.engine.start()
         if self.sweeper is not None:
             self.sweeper.start()
-        self.runner = web.AppRunner(self.web_app, access_log=None, handle_signals=False)
+        # shutdown_timeout: how long stop waits for requests still open (an event stream a
+        # browser holds); aiohttp's default of 60 s outlasts systemd's stop timeout
+        self.runner = web.AppRunner(
+            self.web_app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S,
+        )
         await self.runner.setup()
         self.site = web.TCPSite(
             self.runner, self.settings.server.host, self.settings.server.port, reuse_address=True

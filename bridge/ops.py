@@ -96,10 +96,11 @@ class OpsView:
         """None when authorized; else the refusal (401 no token, 403 wrong one) or a redirect."""
         header = request.headers.get("Authorization", "")
         if header:
-            given = header.removeprefix("Bearer ").strip().encode()
+            given = header.removeprefix("Bearer ").strip().encode("utf-8", "surrogateescape")
             return None if hmac.compare_digest(given, self._token) else self._refuse(403)
         if "token" in request.query:
-            if not hmac.compare_digest(request.query["token"].encode(), self._token):
+            given = request.query["token"].encode("utf-8", "surrogateescape")
+            if not hmac.compare_digest(given, self._token):
                 return self._refuse(403)
             # Keep it in a cookie and drop it from the address bar.
             rest = [(k, v) for k, v in request.query.items() if k != "token"]
@@ -116,7 +117,7 @@ class OpsView:
             return response
         cookie = request.cookies.get(COOKIE)
         if cookie is not None:
-            ok = hmac.compare_digest(cookie.encode(), self._cookie)
+            ok = hmac.compare_digest(cookie.encode("utf-8", "surrogateescape"), self._cookie)
             return None if ok else self._refuse(403)
         return self._refuse(401)
 
@@ -222,4 +223,5 @@ def add_ops_routes(app: web.Application, operators: Operators, token: SecretStr)
     view = OpsView(operators, token)
     app.router.add_get(PREFIX, view.guarded(view.listing))
     app.router.add_get(PREFIX + "/", view.guarded(view.listing))
-    app.router.add_get(PREFIX + r"/c/{id:\d+}", view.guarded(view.conversation))
+    # ASCII digits, at most 18 (\\d also takes other scripts' digits; SQLite ids are 64-bit)
+    app.router.add_get(PREFIX + r"/c/{id:[0-9]{1,18}}", view.guarded(view.conversation))

@@ -17,6 +17,7 @@ import re
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -33,6 +34,7 @@ from bridge.ports import (
 )
 from bridge.store import StoreError, StoreFull
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = logging.getLogger(__name__)
 
 THREAD_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -149,6 +151,7 @@ class WebAdapter:
         token = self.settings.token
         self._token: bytes | None = token.get_secret_value().encode() if token else None
         self._operators = set(self.settings.operators)
+        self._closing = False
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -164,6 +167,7 @@ class WebAdapter:
         return None
 
     async def stop(self) -> None:
+        self._closing = True  # event streams opened from now on are refused (503)
         for queues in self.surface.listeners.values():
             for queue in queues:
                 queue.put_nowait({"type": "closing"})
@@ -177,11 +181,36 @@ class WebAdapter:
     # -- routes -------------------------------------------------------------------------------
 
     def add_routes(self, app: web.Application) -> None:
-        app.router.add_get("/", self.page)
-        app.router.add_post("/api/threads/{thread}/messages", self.post_message)
-        app.router.add_get("/api/threads/{thread}/messages", self.get_messages)
-        app.router.add_post("/api/threads/{thread}/choices", self.post_choice)
-        app.router.add_get("/api/threads/{thread}/events", self.events)
+        app.router.add_get("/", self._guard(self.page))
+        app.router.add_post("/api/threads/{thread}/messages", self._guard(self.post_message))
+        app.router.add_get("/api/threads/{thread}/messages", self._guard(self.get_messages))
+        app.router.add_post("/api/threads/{thread}/choices", self._guard(self.post_choice))
+        app.router.add_get("/api/threads/{thread}/events", self._guard(self.events))
+
+    def _guard(self, handler: Handler) -> Handler:
+        """What a browser cannot be made to do from another site, on every web route.
+
+        Without a token the chat trusts whoever reaches loopback, so two things a web page
+        the user visits could otherwise do are refused: reach the API under its own name
+        (DNS rebinding: the Host must be a loopback name) and post to it (a cross-site
+        form or ``no-cors`` fetch: a POST must be JSON, which a browser sends cross-site
+        only after a preflight this server never grants, and its Origin, when sent, must
+        be this server).
+        """
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            if self._token is None and not _is_loopback(_hostname(request.host)):
+                return _bad(f"this web chat answers on loopback only, not as {request.host!r}", 421)
+            if request.method == "POST":
+                if request.content_type != "application/json":
+                    return _bad("the body must be JSON (Content-Type: application/json)", 415)
+                origin = request.headers.get("Origin")
+                if origin is not None and _hostport(origin) != request.host.lower():
+                    self.ctx.metrics.auth_failures.labels("web", "origin").inc()
+                    return _bad("a request from another site is not accepted", 403)
+            return await handler(request)
+
+        return guarded
 
     def _authorized(self, request: web.Request) -> bool:
         if self._token is None:
@@ -210,8 +239,13 @@ class WebAdapter:
             body = await request.json()
         except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the stack too
             return _bad("body is not valid JSON")
+        except LookupError:  # a charset Python does not know
+            return _bad(f"unknown charset {request.charset!r}; send UTF-8")
         if not isinstance(body, dict):
             return _bad("body must be a JSON object")
+        for key, value in body.items():
+            if isinstance(value, str) and not _utf8(value):
+                return _bad(f"'{key}' is not valid text (a lone surrogate)")
         return body
 
     async def post_message(self, request: web.Request) -> web.Response:
@@ -227,8 +261,8 @@ class WebAdapter:
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT:
             return _bad(f"'text' must be a non-empty string of at most {MAX_TEXT} characters")
         key = request.headers.get("Idempotency-Key")
-        if key is not None and not 0 < len(key) <= 200:
-            return _bad("Idempotency-Key must be 1-200 characters")
+        if key is not None and not (0 < len(key) <= 200 and _utf8(key)):
+            return _bad("Idempotency-Key must be 1-200 characters of UTF-8")
         inbound = Inbound(
             platform="web",
             event_id=f"idem:{thread}:{key}" if key else f"msg:{uuid.uuid4()}",
@@ -317,6 +351,8 @@ class WebAdapter:
             return _bad("thread must be 1-128 characters of A-Z a-z 0-9 . _ -")
         if not self._authorized(request):
             return _bad("missing or wrong token", 401)
+        if self._closing:  # an EventSource does not reconnect after an answer that is not 200
+            return _bad("the gateway is stopping", 503)
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
         )
@@ -340,6 +376,27 @@ class WebAdapter:
         finally:
             self.surface.listeners[thread].discard(queue)
         return response
+
+
+def _hostname(host: str) -> str:
+    """The name in a Host header, without its port (``[::1]:8787`` -> ``::1``)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _hostport(origin: str) -> str:
+    """``host:port`` of an Origin (``http://127.0.0.1:8787`` -> ``127.0.0.1:8787``)."""
+    return origin.strip().lower().split("://", 1)[-1].rstrip("/")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_loopback(host: str) -> bool:
