@@ -88,8 +88,18 @@ class ProgressState:
             parts.append(f"{self.subagents} sub-agent{'s' if self.subagents != 1 else ''}")
         if self.rounds > 1:
             parts.append(f"round {self.rounds}")
-        parts.append(_duration(elapsed))
+        parts.append(_live_duration(elapsed))
         return "⏳ " + " · ".join(parts)
+
+
+def _live_duration(seconds: int) -> str:
+    """Elapsed time on a live bubble, coarse enough that it alone changes the bubble at
+    most every 5 seconds in the first minute and once a minute after: each change is an
+    edit, and platforms allow few (Telegram ~20 messages a minute in a group, Slack's
+    chat.update ~50 a minute per workspace), for runs that may wait an hour for a person."""
+    if seconds < 60:
+        return f"{seconds // 5 * 5}s"
+    return f"{seconds // 60}m"
 
 
 def _duration(seconds: int) -> str:

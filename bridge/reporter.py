@@ -61,7 +61,8 @@ class ProgressReporter:
         while not self.done.is_set():
             now = time.monotonic()
             try:
-                if caps.typing and now - last_typing >= TYPING_EVERY_S:
+                # no "typing…" while the agent waits for the person: it is their turn
+                if caps.typing and not self.state.waiting and now - last_typing >= TYPING_EVERY_S:
                     last_typing = now
                     await self.surface.typing(self.target)
                 line = self.state.line()

@@ -547,6 +547,7 @@ class Engine:
         assert run.handle is not None
         if record.kind == "secret" and msg.shared_chat:
             await run.handle.answer(P.unavailable_secret(record))
+            run.progress.waiting = bool(run.prompts)  # answered: nobody is waited for
             name = data.get("name") or "a secret"
             await self._notice(
                 msg,

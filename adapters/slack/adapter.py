@@ -31,12 +31,12 @@ from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bridge.errors import AdapterError
-from bridge.model import Attachment, Inbound
-from bridge.ports import AdapterContext, PressStatus, SubmitStatus
+from bridge.model import Attachment, Inbound, ReplyTarget
+from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatus
 
 from . import guard
 from .spec import SLASH_COMMAND, SlackSettings
-from .surface import SlackSurface, blocks_for
+from .surface import SlackSurface
 
 log = logging.getLogger(__name__)
 
@@ -378,12 +378,13 @@ class SlackAdapter:
             return None
         result = await self.ctx.gateway.press(value, user, is_operator=user in self._operators)
         if result.status is PressStatus.OK and result.resolved is not None and message_ts:
-            resolved = result.resolved
-            return "chat.update", {
+            return "chat.update", {  # no choices left in it: the buttons are gone
                 "channel": channel,
                 "ts": str(message_ts),
-                "text": resolved.text,
-                "blocks": blocks_for(resolved),  # no choices left: the buttons are gone
+                "resolved": result.resolved,
+                "target": ReplyTarget(
+                    surface=PLATFORM, thread_key=f"slack:{team}:{channel}", context={}
+                ),
             }
         if result.status is PressStatus.OK and not result.text:
             return None
@@ -395,9 +396,17 @@ class SlackAdapter:
     async def _answer_press(self, method: str, kwargs: dict[str, Any]) -> None:
         try:
             if method == "chat.update":
-                await self.client.chat_update(**kwargs)
+                # through the surface: a 429 holds the edit and sends it when Slack reopens,
+                # so the answered prompt does not keep its buttons
+                ref = f"{kwargs['channel']}:{kwargs['ts']}"
+                await self.surface.edit(kwargs["target"], ref, kwargs["resolved"])
             else:
                 await self.client.chat_postEphemeral(**kwargs)
+        except DeliveryError as exc:
+            if exc.retry_after:
+                log.info("slack: the answer to a button press waits for Slack: %s", exc)
+            else:
+                log.warning("slack: could not answer a button press (%s): %s", method, exc)
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.warning("slack: could not answer a button press (%s): %s", method, exc)
 

@@ -153,7 +153,7 @@ class SlackSurface:
         upload=True,
         typing=True,
         max_length=12_000,
-        edit_interval_s=1.0,
+        edit_interval_s=3.0,  # chat.update is ~50 a minute per workspace (Tier 3)
         confirm_delivery=True,
     )
 

@@ -365,6 +365,28 @@ async def test_only_the_requester_may_answer_and_the_buttons_go_away(
         assert len(fake.called("chat.postEphemeral")) == 2
 
 
+async def test_an_answered_prompt_loses_its_buttons_even_after_a_429(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    """The press's chat.update is rate limited once: it is held and sent when Slack reopens
+    (not dropped with a warning, leaving buttons on an answered prompt)."""
+    async with running_gateway(env) as (app, _client):
+        ask = mention("Ev0ASK429", "!approve bash", ts="1764669900.000100")
+        assert await event(app.port, ask) == 200
+        (prompt,) = await wait_post(fake, "Approval needed")
+        approve = next(b for b in buttons(prompt) if b["text"]["text"] == "Approve")
+        ts = posted_ts(fake, prompt)
+        fake.fail("chat.update", "429", retry_after=1, when=lambda a: a.get("ts") == ts)
+        assert await action(app.port, press_payload(approve["value"], ADA, prompt, ts)) == 200
+
+        def settled() -> list[Any]:
+            return [c for c in fake.called("chat.update") if c.args.get("ts") == ts]
+
+        await wait_until(lambda: bool(settled()), 15, "the prompt updated after the 429")
+        assert any(c.args.get("ts") == ts for c in fake.called("chat.update", ok=False))
+        assert not buttons(settled()[-1]) and "approved" in settled()[-1].args["text"].lower()
+
+
 async def test_stop_button_and_thread_commands(env: dict[str, str], fake: FakeSlackApi) -> None:
     async with running_gateway(env) as (app, _client):
         root = "1764669900.000100"

@@ -51,7 +51,8 @@ async def test_a_run_in_a_forum_topic_shows_progress_typing_and_files_in_that_to
 ) -> None:
     topic = {"message_thread_id": 42, "is_topic_message": True}
     async with running_gateway(env) as (app, _client):
-        ask = mention(730001000, FORUM_CHAT, ADA, "!delay 6 !artifact plot.png", **topic)
+        # 8 s: the bubble shows elapsed time in 5 s steps, so it is edited at least once
+        ask = mention(730001000, FORUM_CHAT, ADA, "!delay 8 !artifact plot.png", **topic)
         assert await post(app.port, ask) == 200
         (answer,) = await wait_sent(fake, FORUM, NOT_AN_AI)
         await wait_until(lambda: bool(sent_to(fake, FORUM, "sendPhoto")), 20, "the artifact")
@@ -185,7 +186,9 @@ async def test_a_run_that_ends_during_a_cooldown_has_its_bubble_closed_after_it(
     cooldown = 8  # longer than the rest of the run: it ends while edits are held
     fake.fail_next("editMessageText", "429", retry_after=cooldown)
     async with running_gateway(env) as (app, _client):
-        assert await post(app.port, update(730001350, private_chat(ADA), ADA, "!delay 5")) == 200
+        # 8 s: the bubble's elapsed time moves in 5 s steps, so its first edit (the one
+        # refused) comes at ~6 s, and the run ends while the cooldown still holds edits
+        assert await post(app.port, update(730001350, private_chat(ADA), ADA, "!delay 8")) == 200
         await wait_until(
             lambda: any(c.status == 429 for c in fake.calls), 20, "a 429 on a progress edit"
         )
@@ -261,3 +264,35 @@ async def test_a_429_in_the_middle_of_a_long_answer_sends_nothing_twice(
             assert length <= 4096
             for e in call.params.get("entities") or []:
                 assert e["offset"] >= 0 and e["offset"] + e["length"] <= length
+
+
+async def test_the_bubble_says_who_is_waited_for_and_typing_stops_while_the_person_thinks(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    async with running_gateway(env) as (app, _client):
+        # a shared chat: the secret is refused at once, so nobody is waited for after that
+        ask = mention(730001500, FORUM_CHAT, ADA, "!secret API_KEY !delay 8")
+        assert await post(app.port, ask) == 200
+        (refused,) = await wait_sent(fake, FORUM, "never collected in a shared chat")
+        await wait_sent(fake, FORUM, NOT_AN_AI, timeout=30)
+        lines = [
+            str(c.params.get("text"))
+            for c in fake.calls
+            if c.method in ("sendMessage", "editMessageText") and c.at > refused.at
+        ]
+        assert lines and not [t for t in lines if "waiting for you" in t], lines
+
+        # a private question nobody answers yet: "waiting for you", and no "typing…"
+        question_update = update(730001501, private_chat(ADA), ADA, "!ask colour?")
+        assert await post(app.port, question_update) == 200
+        (question,) = await wait_sent(fake, ADA, "colour?")
+        await wait_until(
+            lambda: any(
+                "waiting for you · 5s" in str(c.params.get("text"))
+                for c in fake.called("editMessageText")
+            ),
+            20,
+            "the bubble waiting for 5 s",
+        )
+        typing = [c for c in sent_to(fake, ADA, "sendChatAction") if c.at > question.at + 0.5]
+        assert typing == [], [c.at - question.at for c in typing]
