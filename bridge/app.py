@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import gc
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,11 +23,12 @@ from provisioning.accounts import AccountRegistry
 from provisioning.errors import LayoutError
 from provisioning.homes import Homes
 from provisioning.layout import RootInfo, init_root, untraversable_ancestor
+from provisioning.modes import STATE_FILE_MODE
 from provisioning.repair import repair
 from provisioning.sandbox import resolve_isolation
 
 from .config import CoreSettings
-from .errors import AdapterError
+from .errors import AdapterError, BridgeError
 from .metrics import Metrics
 from .operators import OPS_SIZE_TTL_S, Operators
 from .ops import add_ops_routes
@@ -38,6 +41,7 @@ from .turns import Engine
 
 log = logging.getLogger(__name__)
 
+INSTANCE_LOCK = "gateway.lock"  # in <root>/state: held by the one serve on a root
 HTTP_SHUTDOWN_TIMEOUT_S = (
     5.0  # requests still open at stop (a browser's event stream) get this long
 )
@@ -134,6 +138,8 @@ class GatewayApp:
         self.site: web.TCPSite | None = None
         self.provisioned: Provisioned | None = None
         self.sweeper: Sweeper | None = None
+        self._started = False  # every adapter started (readiness)
+        self._instance_lock: int | None = None  # the root's one-gateway lock, held till stop
 
     @property
     def port(self) -> int:
@@ -144,6 +150,7 @@ class GatewayApp:
 
     async def initialize(self) -> None:
         self.provisioned = await asyncio.to_thread(provision, self.settings)
+        self._instance_lock = _lock_root(self.provisioned.root.layout.state)
         self.store = SqliteStore(self.provisioned.root.layout.database)
         await self.store.open()
         backend = await asyncio.to_thread(
@@ -194,7 +201,9 @@ class GatewayApp:
         return {a.name: a.health() for a in self.adapters}
 
     def _ready(self) -> bool:
-        return bool(self.engine and self.engine.started and not self.engine.stopping)
+        return bool(
+            self.engine and self.engine.started and not self.engine.stopping and self._started
+        )
 
     async def start(self) -> None:
         assert self.engine is not None and self.web_app is not None
@@ -216,6 +225,7 @@ class GatewayApp:
         await self.site.start()
         for adapter in self.adapters:
             await adapter.start()
+        self._started = True
         log.info(
             "jazz-bridge listening on http://%s:%d (adapters: %s)",
             self.settings.server.host,
@@ -245,6 +255,30 @@ class GatewayApp:
                 await asyncio.wait_for(adapter.shutdown(), timeout=2)
         if self.store is not None:
             await self.store.close()
+        if self._instance_lock is not None:
+            os.close(self._instance_lock)
+            self._instance_lock = None
+
+
+def _lock_root(state: Path) -> int:
+    """Hold ``state/gateway.lock``: one gateway per root.
+
+    A second ``serve`` on the same root would take the first one's running messages for
+    leftovers of a crash (killing their runs, answering "interrupted") before it found its
+    port taken, or share the store with it on another port. The lock goes with the process
+    (also at kill -9), so a restart after a crash is never refused.
+    """
+    path = state / INSTANCE_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, STATE_FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise BridgeError(
+            f"another jazz-bridge serve is running on this root (it holds {path}); stop it "
+            "first, or give this one its own root"
+        ) from None
+    return fd
 
 
 def _freeze_startup_heap() -> None:
@@ -263,11 +297,25 @@ def _freeze_startup_heap() -> None:
 async def serve(settings: CoreSettings, specs: dict[str, AdapterSpec], stop: asyncio.Event) -> None:
     """Run until ``stop`` is set (SIGTERM/SIGINT), then shut down in order."""
     app = GatewayApp(settings, specs)
-    try:
+
+    async def start() -> None:
         await app.initialize()
         await app.start()
-        _freeze_startup_heap()
-        await stop.wait()
+
+    starting = asyncio.ensure_future(start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        # a signal during start-up (an adapter still connecting) stops it too
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()  # start-up's error, if any
+            _freeze_startup_heap()
+            await stopping
+        else:
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
         log.info("stopping: intake closed, stopping runs in flight")
     finally:
+        stopping.cancel()
         await app.stop()

@@ -157,7 +157,10 @@ def _operator_view(args: argparse.Namespace, settings: CoreSettings) -> int:
         store = SqliteStore(layout.database, read_only=True)  # a listing never writes
         await store.open()
         try:
-            ops = Operators(store, layout, resolve_isolation(settings.isolation))
+            # isolated as the gateway runs it (an operator's own uid cannot switch users, but
+            # the root's accounts are in its uid map)
+            isolated = resolve_isolation(settings.isolation) or layout.uid_map.exists()
+            ops = Operators(store, layout, isolated)
             if args.homes_cmd == "list":
                 since = parse_since(args.active_since) if args.active_since else None
                 rows = await ops.listing(platform=args.platform, active_since=since)
@@ -435,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # OSError: a path that is not a directory, a file it may not read... its message
         # names the path and the reason; a traceback would add nothing for an operator
         logs.stop_writer()  # the lines logged before it come first
-        sys.stderr.write(f"jazz-bridge: error: {exc}\n")
+        sys.stderr.write(f"jazz-bridge: error: {logs.mask(str(exc))}\n")
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

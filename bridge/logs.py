@@ -187,6 +187,15 @@ def formatter_for(fmt: LogFormat, stream: IO[str] | Any | None) -> logging.Forma
     return TextFormatter()
 
 
+_masker: SecretMasker | None = None  # the one install() made last
+
+
+def mask(text: str) -> str:
+    """``text`` with every configured secret masked, as log lines are (for what is written
+    to stderr outside logging, e.g. the CLI's last error line)."""
+    return _masker.mask(text) if _masker is not None else text
+
+
 def install(
     handlers: Iterable[logging.Handler],
     *,
@@ -195,7 +204,8 @@ def install(
     environ: Mapping[str, str] | None = None,
 ) -> SecretMasker:
     """Give each handler its formatter and the secret masker; returns the masker."""
-    masker = SecretMasker(secret_values(settings, environ))
+    global _masker
+    masker = _masker = SecretMasker(secret_values(settings, environ))
     for handler in handlers:
         stream = getattr(handler, "stream", None)
         if isinstance(handler, logging.FileHandler):

@@ -16,6 +16,7 @@ and answered in a tracked task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -41,6 +42,7 @@ from .surface import SlackSurface
 log = logging.getLogger(__name__)
 
 PLATFORM = "slack"
+SOCKET_CONNECT_CALLS = 2  # Socket Mode gets this many api_timeout_s to connect at start
 EVENTS_PATH = "/slack/events"
 PERSON_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
 THREAD_COMMANDS = re.compile(r"^\s*!(new|status|stop|help)(?=\s|$)", re.IGNORECASE)
@@ -179,11 +181,21 @@ class SlackAdapter:
             self._socket = AsyncSocketModeHandler(
                 self._app, self.settings.app_token.get_secret_value(), web_client=self.client
             )
+            # slack_sdk retries a refused or unreachable connection forever: bounded here,
+            # so a revoked app token or an unreachable Slack is a clear start-up error
+            limit = float(SOCKET_CONNECT_CALLS * self.settings.api_timeout_s)
             try:
-                await self._socket.connect_async()
+                await asyncio.wait_for(self._socket.connect_async(), timeout=limit)
             except Exception as exc:
-                self._down = f"socket mode: {exc}"
-                raise AdapterError(f"slack socket mode could not connect: {exc}") from exc
+                why = f"no connection within {limit:.0f}s" if isinstance(exc, TimeoutError) else exc
+                self._down = f"socket mode: {why}"
+                with contextlib.suppress(Exception):
+                    await self._socket.close_async()
+                self._socket = None
+                raise AdapterError(
+                    f"slack socket mode could not connect: {why} (check slack.app_token, an "
+                    "xapp- token with connections:write, and that Slack is reachable)"
+                ) from exc
 
     async def stop(self) -> None:
         """Close intake (the socket), then let answers to button presses finish briefly."""

@@ -369,12 +369,14 @@ class SqliteStore(Store):
     def _open_read_only(self) -> sqlite3.Connection:
         if not self.path.is_file():
             raise StoreError(f"no store at {self.path}")
-        conn = sqlite3.connect(
-            f"{self.path.absolute().as_uri()}?mode=ro",
-            uri=True,
-            isolation_level=None,
-            timeout=BUSY_TIMEOUT_MS / 1000,
-        )
+        uri = f"{self.path.absolute().as_uri()}?mode=ro"
+        wal = self.path.with_name(self.path.name + "-wal")
+        if not os.access(self.path.parent, os.W_OK) and not wal.exists():
+            # No gateway has it open (it would have its -wal file), and a reader who may not
+            # write in state/ (an operator in the group) cannot make the -shm a WAL database
+            # needs even to be read: read it as an unchanging file instead.
+            uri += "&immutable=1"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

@@ -9,6 +9,8 @@ import pytest
 from accounts_support import IS_ROOT, remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
 
+from bridge.errors import BridgeError
+
 
 @pytest.fixture
 def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
@@ -238,3 +240,21 @@ async def test_a_message_waiting_for_a_run_slot_does_not_start_while_the_gateway
         answer = (await client.wait_role("b", "assistant"))[0]["text"]
         assert "hold B" in answer
         assert len(client.starts("web:b")) == 1
+
+
+async def test_a_second_gateway_on_the_same_root_is_refused_and_touches_nothing(
+    env: dict[str, str],
+) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("a", "hold L")
+        await wait_until(lambda: len(client.starts("web:a")) == 1, what="the first one's run")
+        # the same root on another port (PORT 0): it would have taken that run for a
+        # leftover of a crash, killed it and answered "interrupted"
+        with pytest.raises(BridgeError, match="another jazz-bridge serve is running"):
+            async with running_gateway(env):
+                pass
+        client.release("L")
+        answer = (await client.wait_role("a", "assistant"))[0]["text"]
+        assert "hold L" in answer
+        roles = [m["role"] for m in await client.messages("a")]
+        assert "error" not in roles and len(client.starts("web:a")) == 1

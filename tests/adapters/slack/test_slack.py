@@ -688,3 +688,24 @@ async def test_socket_mode_goes_through_bolt(env: dict[str, str], fake: FakeSlac
 def health(app: Any) -> str | None:
     found: str | None = {a.name: a.health() for a in app.adapters}["slack"]
     return found
+
+
+async def test_socket_mode_with_a_refused_app_token_fails_start_up_clearly(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    """slack_sdk retries a refused connection forever; start-up gives up (bounded), names
+    the app token, and the gateway is not left half up."""
+    socket = {k: v for k, v in env.items() if k != "JAZZ_BRIDGE_SLACK__SIGNING_SECRET"}
+    socket.update(
+        JAZZ_BRIDGE_SLACK__MODE="socket",
+        JAZZ_BRIDGE_SLACK__APP_TOKEN="xapp-1-A0APP00001-revoked",
+        JAZZ_BRIDGE_SLACK__API_TIMEOUT_S="1",
+    )
+
+    async def start() -> None:
+        async with running_gateway(socket):
+            pass
+
+    with pytest.raises(AdapterError, match=r"socket mode could not connect.*slack\.app_token"):
+        await asyncio.wait_for(start(), 30)
+    assert [c for c in fake.calls if c.method == "apps.connections.open"]  # it was asked

@@ -97,3 +97,21 @@ async def test_polling_mode_fails_while_a_webhook_is_set(fake: FakeBotApi) -> No
     fake.webhook_url = ""
     [_, clear] = await check(polling)
     assert clear.ok and "(is: none;" in clear.what
+
+
+async def test_serve_with_a_refused_token_names_the_problem_not_the_token(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    wrong = "123456:AAH-revokedSECRETtoken_xyz"
+    served = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bridge.cli", "serve"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env, "JAZZ_BRIDGE_TELEGRAM__TOKEN": wrong},
+    )
+    assert served.returncode == 2, served.stderr[-2000:]
+    last = served.stderr.strip().splitlines()[-1]
+    assert last.startswith("jazz-bridge: error: telegram.token was refused"), last
+    assert wrong not in served.stdout + served.stderr
