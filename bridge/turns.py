@@ -83,6 +83,7 @@ class ActiveRun:
     handle: RunHandle | None = None
     progress: ProgressState = field(default_factory=ProgressState)
     prompts: dict[str, PromptRecord] = field(default_factory=dict)  # token -> pending
+    prompt_replies: dict[str, int] = field(default_factory=dict)  # token -> its message's reply
     stop_token: str = field(default_factory=P.new_token)
     stopped_by: str | None = None
     shutdown: bool = False
@@ -475,6 +476,7 @@ class Engine:
         if record.kind == "approval" and code in (P.APPROVE_ALL, P.REJECT_ALL):
             targets = [r for r in run.prompts.values() if r.kind == "approval"]
         resolved_any = False
+        name = run.message.sender_name or actor
         for rec in targets:
             answer = P.frame(rec, code, text)
             stored = {k: v for k, v in answer.items() if k != "value"}
@@ -484,11 +486,14 @@ class Engine:
             run.prompts.pop(rec.token, None)
             assert run.handle is not None
             await run.handle.answer(answer)
+            if rec.token != record.token:  # answered with it ("Approve all"): say so there too
+                await self._settle_prompt_message(run, rec, P.resolved_text(rec, code, name, None))
+            else:
+                run.prompt_replies.pop(rec.token, None)  # the caller settles the one pressed
         if not resolved_any:
             return PressResult(PressStatus.EXPIRED, "This request was already answered.")
         if not run.prompts:
             run.progress.waiting = False
-        name = run.message.sender_name or actor
         shown = P.resolved_text(record, code, name, text)
         return PressResult(PressStatus.OK, shown, resolved=Outgoing(ReplyKind.NOTICE, shown))
 
@@ -576,7 +581,29 @@ class Engine:
             record, others_pending=others if record.kind == "approval" else 0, buttons=buttons
         )
         records = await self.store.add_replies([self._reply(msg, f"prompt:{record.token}", out)])
+        run.prompt_replies[record.token] = records[0].id
         return not await self.deliverer.deliver(records)
+
+    async def _settle_prompt_message(self, run: ActiveRun, record: PromptRecord, text: str) -> None:
+        """Edit a prompt's message to ``text`` with no buttons left (best effort).
+
+        The message of the prompt a person pressed is settled by its adapter; this one is
+        for the others: those "Approve all" answered with it, and those still pending when
+        the run ended (their presses are refused, but buttons left on screen invite them).
+        """
+        reply_id = run.prompt_replies.pop(record.token, None)
+        surface = self.surfaces.get(run.message.platform)
+        if reply_id is None or surface is None or not surface.capabilities.buttons:
+            return
+        if not surface.capabilities.edit:
+            return
+        try:
+            reply = await self.store.get_reply(reply_id)
+            if reply is None or reply.platform_ref is None:
+                return  # never shown
+            await surface.edit(run.target, reply.platform_ref, Outgoing(ReplyKind.NOTICE, text))
+        except (DeliveryError, StoreError, OSError) as exc:
+            log.info("the message of prompt %s was not settled: %s", record.request_id, exc)
 
     async def _decline_unshown(self, run: ActiveRun, record: PromptRecord) -> None:
         """A prompt nobody can see is declined at once: the runner waits on stdin for an
@@ -783,6 +810,11 @@ class Engine:
                 await self.store.expire_prompts(run.run_id)
             except StoreError as exc:  # the next start expires what is left
                 log.warning("prompts of run %d not expired: %s", run.run_id, exc)
+            for rec in list(run.prompts.values()):  # their buttons go: nobody can answer now
+                shown = P.message_for(rec, others_pending=0, buttons=True).text
+                await self._settle_prompt_message(
+                    run, rec, f"{shown}\n\n⌛ Expired: the run ended without this answer."
+                )
         return result
 
     async def _record(self, run: ActiveRun, result: RunResult) -> None:

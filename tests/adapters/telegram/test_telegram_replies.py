@@ -296,3 +296,31 @@ async def test_the_bubble_says_who_is_waited_for_and_typing_stops_while_the_pers
         )
         typing = [c for c in sent_to(fake, ADA, "sendChatAction") if c.at > question.at + 0.5]
         assert typing == [], [c.at - question.at for c in typing]
+
+
+async def test_prompt_buttons_go_when_approve_all_answers_them_or_the_run_ends(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    chat = private_chat(ADA)
+
+    def settled(words: str) -> list[Call]:
+        return [
+            c
+            for c in fake.called("editMessageText")
+            if words in str(c.params.get("text")) and "reply_markup" not in c.params
+        ]
+
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, update(730001600, chat, ADA, "!approve2 bash")) == 200
+        first, second = await wait_sent(fake, ADA, "Approval needed", count=2)
+        approve_all = next(v for k, v in buttons(second).items() if k.startswith("Approve all"))
+        assert await post(app.port, press(730001601, ADA, chat, approve_all)) == 200
+        await wait_sent(fake, ADA, "approved")
+        # the first prompt was answered by the second's "Approve all": its buttons go too
+        await wait_until(lambda: bool(settled("Approved bash")), 10, "the first prompt settled")
+        assert buttons(first)  # it had buttons
+
+        assert await post(app.port, update(730001602, chat, ADA, "!ask colour?")) == 200
+        await wait_sent(fake, ADA, "colour?")
+        assert await post(app.port, update(730001603, chat, ADA, "/stop")) == 200
+        await wait_until(lambda: bool(settled("Expired")), 15, "the question's buttons gone")
