@@ -149,10 +149,17 @@ class CoreSettings(BaseSettings):
 
 
 def settings_class(adapter_sections: Mapping[str, type[BaseModel]]) -> type[CoreSettings]:
-    """CoreSettings plus one optional section per adapter."""
-    fields: dict[str, Any] = {
-        name: (model, model()) for name, model in sorted(adapter_sections.items())
-    }
+    """CoreSettings plus one optional section per adapter.
+
+    A section whose model has fields without defaults (a third party's adapter may) has no
+    empty default: it is None until configured, and the adapter is then off.
+    """
+    fields: dict[str, Any] = {}
+    for name, model in sorted(adapter_sections.items()):
+        try:
+            fields[name] = (model, model())
+        except ValidationError:
+            fields[name] = (model | None, None)
     return create_model("Settings", __base__=CoreSettings, **fields)
 
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib.metadata import EntryPoint
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from bridge.config import load_settings
-from bridge.errors import ConfigError
+from bridge.errors import AdapterError, ConfigError
 from bridge.plugins import load_specs
+from bridge.ports import AdapterSpec
 
 SECTIONS = {k: s.settings_model for k, s in load_specs().items()}
 
@@ -181,3 +185,39 @@ def test_command_line_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
         assert done.stderr.startswith("jazz-bridge: error:"), (args, done.stderr)
         assert "Traceback" not in done.stderr, (args, done.stderr)
     assert not (tmp_path / "nope").exists()  # a wrong root is named, not made
+
+
+class MatrixSettings(BaseModel):
+    """A third party's section with a field that has no default."""
+
+    model_config = ConfigDict(extra="forbid")
+    homeserver: str
+
+
+def _no_adapter(ctx: Any) -> Any:
+    raise AssertionError("never started in these tests")
+
+
+MATRIX = AdapterSpec("matrix", "matrix", MatrixSettings, _no_adapter, lambda s: s is not None)
+CLASH = AdapterSpec("logger", "log", MatrixSettings, _no_adapter, lambda s: True)
+
+
+def test_a_third_party_section_with_required_fields_is_off_until_configured() -> None:
+    sections = {**SECTIONS, "matrix": MatrixSettings}
+    assert load_settings(None, adapter_sections=sections, environ={}).section("matrix") is None
+    environ = {"JAZZ_BRIDGE_MATRIX__HOMESERVER": "https://matrix.example.org"}
+    configured = load_settings(None, adapter_sections=sections, environ=environ)
+    assert configured.section("matrix").homeserver == "https://matrix.example.org"
+
+
+def test_a_broken_or_clashing_adapter_plugin(caplog: pytest.LogCaptureFixture) -> None:
+    def ep(name: str, value: str) -> EntryPoint:
+        return EntryPoint(name=name, value=value, group="jazz_bridge.adapters")
+
+    # one that cannot be imported is skipped (every other command still works), loudly
+    found = load_specs([ep("matrix", f"{__name__}:MATRIX"), ep("broken", "no_such_mod:SPEC")])
+    assert sorted(found) == ["matrix"]
+    assert "adapter broken (no_such_mod:SPEC) is not loaded" in caplog.text
+    # one that claims a section of the gateway's own is refused, naming it
+    with pytest.raises(AdapterError, match=r"claims \[log\], a section of the gateway's own"):
+        load_specs([ep("logger", f"{__name__}:CLASH")])
