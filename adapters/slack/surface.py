@@ -38,6 +38,7 @@ MARKDOWN_BLOCK_MAX = 11_000  # Slack: 12,000 characters across a message's markd
 BUTTON_LABEL_MAX = 75
 BUTTONS_PER_ACTIONS = 25
 DOWNLOAD_CHUNK = 64 * 1024
+MAX_EDIT_STATE = 2000  # messages whose edit order is tracked; idle ones are forgotten past this
 LOOKUP_PAGES = 10  # conversations.replies pages searched for a reply key
 PERMANENT_ERRORS = frozenset(
     {
@@ -173,8 +174,12 @@ class SlackSurface:
         self._no_status: set[str] = set()  # channels where assistant status is unavailable
         self._session: aiohttp.ClientSession | None = None
         self._closed_until: dict[str, float] = {}  # Web API method -> monotonic reopen time
-        self._held_edits: dict[str, Outgoing] = {}  # message ref -> newest refused edit
+        self._held_edits: dict[str, tuple[Outgoing, int]] = {}  # ref -> newest refused edit
         self._flusher: asyncio.Task[None] | None = None
+        # chat.update of one message, one at a time and newest last: a held progress edit
+        # in flight must not land after the summary that replaced it
+        self._edit_locks: dict[str, asyncio.Lock] = {}
+        self._edit_seq: dict[str, int] = {}
 
     # -- rate limits --------------------------------------------------------------------------
 
@@ -197,13 +202,13 @@ class SlackSurface:
             if wait > 0:
                 await asyncio.sleep(wait)  # waiting out Retry-After, not synchronisation
                 continue
-            ref, message = next(iter(self._held_edits.items()))
+            ref, (message, seq) = next(iter(self._held_edits.items()))
             del self._held_edits[ref]
             try:
-                await self._update(ref, message)
+                await self._update(ref, message, seq)
             except DeliveryError as exc:
                 if exc.retry_after and ref not in self._held_edits:
-                    self._held_edits[ref] = message
+                    self._held_edits[ref] = (message, seq)
                 elif not exc.retry_after:
                     log.info("slack: held progress edit dropped: %s", exc)
 
@@ -307,27 +312,43 @@ class SlackSurface:
         )
 
     async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
+        seq = self._edit_seq[ref] = self._edit_seq.get(ref, 0) + 1
         try:
-            await self._update(ref, message)
+            await self._update(ref, message, seq)
         except DeliveryError as exc:
             if not exc.retry_after:
                 raise
-            self._held_edits[ref] = message  # the newest state wins once chat.update reopens
+            # the newest state wins once chat.update reopens
+            self._held_edits[ref] = (message, seq)
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.create_task(self._flush_edits(), name="slack-edits")
             raise
 
-    async def _update(self, ref: str, message: Outgoing) -> None:
+    async def _update(self, ref: str, message: Outgoing, seq: int) -> None:
         channel, ts = split_ref(ref)
-        self._gate("chat.update")
-        self._held_edits.pop(ref, None)  # this newer edit replaces a held one
-        try:
-            await self.client.chat_update(
-                channel=channel, ts=ts, text=_plain(message.text or " "), blocks=blocks_for(message)
-            )
-        except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
-            self._note("chat.update", exc)
-            raise slack_error(exc, "chat.update") from exc
+        async with self._edit_lock(ref):
+            if self._edit_seq.get(ref, 0) != seq:
+                return  # a newer edit of this message was made meanwhile: this one is stale
+            self._gate("chat.update")
+            self._held_edits.pop(ref, None)  # this newer edit replaces a held one
+            try:
+                await self.client.chat_update(
+                    channel=channel,
+                    ts=ts,
+                    text=_plain(message.text or " "),
+                    blocks=blocks_for(message),
+                )
+            except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                self._note("chat.update", exc)
+                raise slack_error(exc, "chat.update") from exc
+
+    def _edit_lock(self, ref: str) -> asyncio.Lock:
+        if len(self._edit_locks) > MAX_EDIT_STATE:  # forget messages no edit is using
+            for old in [r for r, lock in self._edit_locks.items() if not lock.locked()]:
+                if old not in self._held_edits:
+                    self._edit_locks.pop(old, None)
+                    self._edit_seq.pop(old, None)
+        return self._edit_locks.setdefault(ref, asyncio.Lock())
 
     async def upload(
         self,

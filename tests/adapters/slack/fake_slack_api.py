@@ -41,7 +41,7 @@ class Call:
 @dataclass
 class Failure:
     method: str
-    kind: str  # "429" | "5xx" | "drop" | "stall"
+    kind: str  # "429" | "5xx" | "drop" | "stall" | "slow" (answers, after stall_s)
     times: int
     retry_after: int
     commit: bool
@@ -100,7 +100,7 @@ class FakeSlackApi:
         when: Callable[[dict[str, Any]], bool] = lambda _a: True,
         stall_s: float = 0.0,
     ) -> None:
-        if kind not in ("429", "5xx", "drop", "stall"):
+        if kind not in ("429", "5xx", "drop", "stall", "slow"):
             raise ValueError(kind)
         self.failures.append(Failure(method, kind, times, retry_after, commit, when, stall_s))
 
@@ -196,6 +196,9 @@ class FakeSlackApi:
             self.calls.append(Call(method, args, 200))
             return web.json_response({"ok": False, "error": "invalid_auth"})
         failure = self._failure(method, args)
+        if failure is not None and failure.kind == "slow":
+            await asyncio.sleep(failure.stall_s)  # a slow network: it still does the work
+            failure = None
         if failure is not None and not failure.commit:
             return await self._fail(request, method, args, failure)
         handler = getattr(self, "_m_" + method.replace(".", "_"), None)

@@ -709,3 +709,32 @@ async def test_socket_mode_with_a_refused_app_token_fails_start_up_clearly(
     with pytest.raises(AdapterError, match=r"socket mode could not connect.*slack\.app_token"):
         await asyncio.wait_for(start(), 30)
     assert [c for c in fake.calls if c.method == "apps.connections.open"]  # it was asked
+
+
+async def test_a_held_progress_edit_never_lands_after_the_summary(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    """A progress edit refused by a 429 is held; when it is sent at last its request is slow,
+    and the run ends meanwhile: the bubble must end on the summary, not on that stale edit
+    (with its Stop button)."""
+    thread = "1764670700.000100"
+
+    def progress(args: dict[str, Any]) -> bool:
+        return "working" in str(args.get("text"))
+
+    fake.fail("chat.update", "429", retry_after=1, when=progress)
+    fake.fail("chat.update", "slow", stall_s=3.0, when=progress)
+    async with running_gateway(env) as (app, _client):
+        assert await event(app.port, mention("Ev0HELD", "!delay 9", ts=thread)) == 200
+        await wait_post(fake, "You said", timeout=40)
+        refused = next(c for c in fake.calls if c.method == "chat.update" and c.status == 429)
+
+        def slow_one_done() -> bool:  # the held edit's slow request has been answered
+            return any(
+                c.at > refused.at and progress(c.args) for c in fake.called("chat.update")
+            ) or not [f for f in fake.failures if f.kind == "slow" and f.times == 0]
+
+        await wait_until(slow_one_done, 20, "the held edit's slow request answered")
+        (bubble,) = [m for m in fake.thread(CHANNEL, thread) if m["ts"] == refused.args.get("ts")]
+        await wait_until(lambda: str(bubble.get("text")).startswith("✓"), 10, "the summary")
+        assert not [b for b in bubble.get("blocks") or [] if b.get("type") == "actions"]
