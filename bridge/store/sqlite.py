@@ -380,12 +380,7 @@ class SqliteStore(Store):
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise StoreSchemaTooNew(
-                    f"store {self.path} has schema version {version}, newer than "
-                    f"{SCHEMA_VERSION} which this jazz-bridge understands"
-                )
+            version = self._version(conn)
             if version == 0:
                 raise StoreError(f"{self.path} is not a jazz-bridge store (no schema version)")
             problems = [str(row[0]) for row in conn.execute("PRAGMA quick_check")]
@@ -400,6 +395,17 @@ class SqliteStore(Store):
             conn.close()
             raise
         return conn
+
+    def _version(self, conn: sqlite3.Connection) -> int:
+        """The file's schema version; StoreSchemaTooNew when this code does not know it."""
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise StoreSchemaTooNew(
+                f"store {self.path} has schema version {version}, newer than "
+                f"{SCHEMA_VERSION} which this jazz-bridge understands; it was left "
+                "untouched: upgrade jazz-bridge or point it at another database"
+            )
+        return version
 
     def _damaged(self, why: str) -> str:
         return (
@@ -429,13 +435,7 @@ class SqliteStore(Store):
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise StoreSchemaTooNew(
-                    f"store {self.path} has schema version {version}, newer than "
-                    f"{SCHEMA_VERSION} which this jazz-bridge understands; it was left "
-                    "untouched: upgrade jazz-bridge or point it at another database"
-                )
+            version = self._version(conn)
             if version == 0 and self._has_tables(conn):
                 raise StoreError(
                     f"{self.path} is a SQLite database of something else (it has tables "
