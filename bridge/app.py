@@ -42,9 +42,7 @@ from .turns import Engine
 log = logging.getLogger(__name__)
 
 INSTANCE_LOCK = "gateway.lock"  # in <root>/state: held by the one serve on a root
-HTTP_SHUTDOWN_TIMEOUT_S = (
-    5.0  # requests still open at stop (a browser's event stream) get this long
-)
+HTTP_SHUTDOWN_TIMEOUT_S = 5.0  # what requests still open at stop (event streams) get
 
 
 @dataclass(frozen=True)

@@ -129,17 +129,10 @@ class SecretMasker(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.secrets:
             return True
-        try:
-            message = record.getMessage()
-        except Exception:  # a bad format string: keep the raw parts, masked
-            message = f"{record.msg} {record.args}"
-        record.msg, record.args = self.mask(message), None
+        _freeze(record)  # the masked text is what gets printed
+        record.msg = self.mask(record.msg)
         for key, value in extra_fields(record).items():
             setattr(record, key, self._mask_value(value))
-        if record.exc_info:
-            if not record.exc_text:
-                record.exc_text = logging.Formatter().formatException(record.exc_info)
-            record.exc_info = None  # the masked text is what gets printed
         if record.exc_text:
             record.exc_text = self.mask(record.exc_text)
         if record.stack_info:
@@ -224,16 +217,21 @@ class _Frozen(logging.handlers.QueueHandler):
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
         record = copy.copy(record)  # other handlers (a test's capture) see the caller's own
-        try:
-            record.msg = record.getMessage()
-        except Exception:  # a bad format string: keep the raw parts (masked by the writer)
-            record.msg = f"{record.msg} {record.args}"
-        record.args = None
-        if record.exc_info:
-            if not record.exc_text:
-                record.exc_text = logging.Formatter().formatException(record.exc_info)
-            record.exc_info = None
+        _freeze(record)
         return record
+
+
+def _freeze(record: logging.LogRecord) -> None:
+    """The message and any traceback of ``record`` as text, its arguments and exc_info gone."""
+    try:
+        record.msg = record.getMessage()
+    except Exception:  # a bad format string: keep the raw parts
+        record.msg = f"{record.msg} {record.args}"
+    record.args = None
+    if record.exc_info:
+        if not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        record.exc_info = None
 
 
 _writer: logging.handlers.QueueListener | None = None

@@ -593,9 +593,8 @@ class Engine:
         """
         reply_id = run.prompt_replies.pop(record.token, None)
         surface = self.surfaces.get(run.message.platform)
-        if reply_id is None or surface is None or not surface.capabilities.buttons:
-            return
-        if not surface.capabilities.edit:
+        caps = surface.capabilities if surface is not None else None
+        if reply_id is None or surface is None or not (caps and caps.buttons and caps.edit):
             return
         try:
             reply = await self.store.get_reply(reply_id)
