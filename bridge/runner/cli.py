@@ -3,7 +3,8 @@
 The chat text goes on stdin (never argv), progress comes as NDJSON on stderr, one envelope
 on stdout. The process runs as the conversation's account (provisioning's run identity),
 in its own session; a timeout (paused while a person is being asked) or ``/stop`` ends it
-with SIGTERM, then SIGKILL for the whole run, including children that left the group.
+with SIGTERM, then SIGKILL for the whole run, including children that left the group. In
+single-account mode the runner starts behind its own subreaper (:mod:`.reaper`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .base import (
 )
 from .envelope import parse_envelope
 from .procs import RUN_TAG_ENV, Sweeps, kill_all, signal_group
+from .reaper import wrap
 from .spawn import Child, start_process
 
 log = logging.getLogger(__name__)
@@ -97,7 +99,10 @@ class CliRunner(RunnerBackend):
             kwargs = request.identity.popen_kwargs(workdir)
             kwargs["env"] = {**kwargs["env"], RUN_TAG_ENV: tag}
             self._check_command(kwargs["env"].get("PATH"))
-            proc = await start_process(request.identity.command(self.argv(request)), **kwargs)
+            argv = request.identity.command(self.argv(request))
+            if request.identity.uid is None:  # single account: the uid sweep cannot find all
+                argv = wrap(argv, self.kill_grace_s)
+            proc = await start_process(argv, **kwargs)
         except (FileNotFoundError, PermissionError) as exc:
             raise RunnerError(
                 f"cannot start the runner {self.command[0]!r}: {exc.strerror}; check runner.command"
@@ -319,6 +324,9 @@ class CliRunHandle(RunHandle):
             await asyncio.wait_for(self._exited(), timeout=self.grace)
         except TimeoutError:
             log.warning("runner pid %d ignored SIGTERM for %.1fs; killing it", pgid, self.grace)
+        else:
+            if self.proc.returncode == -signal.SIGKILL:  # its subreaper's doing (single account)
+                log.warning("runner pid %d ignored SIGTERM; its reaper killed it", pgid)
         await self._sweep()
 
     async def _sweep(self, *, urgent: bool = True) -> None:

@@ -16,6 +16,8 @@ Every process it starts notes its pid, uid, session and group in
   floodlines 50 MB of 1 KiB lines that start with "{", then a real envelope
   hang       ignores --timeout and sleeps
   setsid     starts a child holding its pipes and a setsid child that lingers, answers
+  daemon     leaves a daemon (double fork, setsid, fds closed, cwd /, an EMPTY environment:
+             no run tag), answers once it runs
   noterm     ignores SIGTERM (and so does its child), sleeps
   wait NAME  answers once $FAKE_DIR/release-NAME exists (bounded: 60 s)
 """
@@ -30,6 +32,7 @@ import time
 FAKE_DIR = os.environ["FAKE_DIR"]
 FLOOD_BYTES = 50 * 1024 * 1024
 LINGER = "import os, sys, time\nif sys.argv[1] == 'setsid':\n    os.setsid()\ntime.sleep(600)\n"
+DAEMON = "import sys, time\nopen(sys.argv[1], 'w').close()\ntime.sleep(600)\n"
 
 
 def note(**data: object) -> None:
@@ -59,6 +62,30 @@ def envelope(answer: str) -> str:
 def linger(kind: str, **popen: object) -> int:
     child = subprocess.Popen([sys.executable, "-c", LINGER, kind], **popen)
     return int(child.pid)
+
+
+def daemonize(flag: str) -> int:
+    """A classic daemon's start (what ``setsid env -i prog &`` amounts to): its pid."""
+    read, write = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.chdir("/")
+            os.write(write, str(os.getpid()).encode())
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, 1024)
+            os.execve(sys.executable, [sys.executable, "-c", DAEMON, flag], {})
+        os._exit(0)
+    os.close(write)
+    os.waitpid(middle, 0)
+    pid = int(os.read(read, 32))
+    deadline = time.monotonic() + 20  # until it runs with its new, empty environment
+    while not os.path.exists(flag) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pid
 
 
 def main() -> int:
@@ -108,6 +135,12 @@ def main() -> int:
         )
         note(event="children", children=[held, quiet])
         out.write(envelope("answered, children left behind") + "\n")
+        out.flush()
+        return 0
+    if word == "daemon":
+        pid = daemonize(os.path.join(FAKE_DIR, f"daemon-{os.getpid()}"))
+        note(event="children", children=[pid])
+        out.write(envelope("answered, a daemon left behind") + "\n")
         out.flush()
         return 0
     if word == "wait":

@@ -124,9 +124,15 @@ async def test_a_hang_past_the_timeout_is_stopped_while_others_are_served(
     print(f"\nhang: {text!r}")
 
 
+# "off": one account for every run (the non-root path), where no uid tells runs apart
+ISOLATION = pytest.mark.parametrize("isolation", ["auto", "off"])
+
+
+@ISOLATION
 async def test_a_setsid_child_is_swept_after_the_answer(
-    env: dict[str, str], fake_dir: Path
+    env: dict[str, str], fake_dir: Path, isolation: str
 ) -> None:
+    env["JAZZ_BRIDGE_ISOLATION"] = isolation
     async with running_gateway(env) as (_, client):
         await client.post("s", "setsid")
         answers = await client.wait_role("s", "assistant", timeout=30)
@@ -140,10 +146,32 @@ async def test_a_setsid_child_is_swept_after_the_answer(
         assert not [m for m in await client.messages("s") if m["role"] == "error"]
 
 
+@ISOLATION
+async def test_a_daemon_with_an_empty_environment_is_swept(
+    env: dict[str, str], fake_dir: Path, isolation: str
+) -> None:
+    """Double fork, setsid, fds closed, no environment: neither group nor tag finds it."""
+    env["JAZZ_BRIDGE_ISOLATION"] = isolation
+    async with running_gateway(env) as (_, client):
+        await client.post("d", "daemon")
+        answers = await client.wait_role("d", "assistant", timeout=30)
+        assert answers[0]["text"].startswith("answered, a daemon left behind")
+        await nothing_left(fake_dir)  # the daemon's pid is among the noted children
+        await client.post("d", "next turn")
+        answers = await client.wait_role("d", "assistant", count=2)
+        assert answers[1]["text"].startswith("ok: next turn")
+
+
+@ISOLATION
 @pytest.mark.parametrize("how", ["timeout", "stop"])
 async def test_a_runner_that_ignores_sigterm_is_killed(
-    env: dict[str, str], fake_dir: Path, how: str, caplog: pytest.LogCaptureFixture
+    env: dict[str, str],
+    fake_dir: Path,
+    how: str,
+    isolation: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    env["JAZZ_BRIDGE_ISOLATION"] = isolation
     env["JAZZ_BRIDGE_RUNNER__TIMEOUT_S"] = "1" if how == "timeout" else "60"
     caplog.set_level(logging.WARNING, logger="bridge.runner")
     async with running_gateway(env) as (_, client):
