@@ -101,7 +101,8 @@ class CliRunner(RunnerBackend):
             self._check_command(kwargs["env"].get("PATH"))
             argv = request.identity.command(self.argv(request))
             if request.identity.uid is None:  # single account: the uid sweep cannot find all
-                argv = wrap(argv, self.kill_grace_s)
+                # the gateway's own Python may sit where its runs cannot reach (a root pyenv)
+                argv = wrap(argv, self.kill_grace_s, shared_interpreter())
             proc = await start_process(argv, **kwargs)
         except (FileNotFoundError, PermissionError) as exc:
             raise RunnerError(

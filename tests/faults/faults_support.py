@@ -186,14 +186,22 @@ def free_port() -> int:
 
 @asynccontextmanager
 async def serve(
-    env: dict[str, str], cwd: Path, *args: str
+    env: dict[str, str], cwd: Path, *args: str, as_uid: int | None = None
 ) -> AsyncIterator[tuple[subprocess.Popen[bytes], Client]]:
-    """The real ``jazz-bridge serve`` process (its own environment, its own /proc entry)."""
+    """The real ``jazz-bridge serve`` process (its own environment, its own /proc entry).
+
+    ``as_uid``: started as that account (uid and gid alike, no groups) through ``setpriv``.
+    """
     env = {**env, "JAZZ_BRIDGE_SERVER__PORT": str(free_port())}
     log_path = cwd / "serve.log"
+    prefix = (
+        []
+        if as_uid is None
+        else ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}", "--clear-groups", "--"]
+    )
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bridge.cli", "serve", *args],
+            [*prefix, sys.executable, "-m", "bridge.cli", "serve", *args],
             env=env,
             cwd=cwd,
             stdout=subprocess.DEVNULL,

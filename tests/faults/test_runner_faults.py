@@ -10,6 +10,7 @@ what happened (and the exit code where there is one), no process of the run is l
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,22 +20,26 @@ from accounts_support import IS_ROOT, remove_accounts
 from faults_support import (
     gateway_env,
     install_runner,
+    leftovers,
     notes,
     nothing_left,
     proc_info,
     reset_peak_rss,
     running_gateway,
+    serve,
     status_kib,
     wait_until,
 )
 
 pytestmark = pytest.mark.faults
+NOBODY = 65534
+RUNNER = "fault_runner.py"
 
 
 @pytest.fixture
 def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
     e = gateway_env(tmp_path / "root", fake_dir, uid_range)
-    install_runner(e, fake_dir, "fault_runner.py")
+    install_runner(e, fake_dir, RUNNER)
     yield e
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
@@ -160,6 +165,35 @@ async def test_a_daemon_with_an_empty_environment_is_swept(
         await client.post("d", "next turn")
         answers = await client.wait_role("d", "assistant", count=2)
         assert answers[1]["text"].startswith("ok: next turn")
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to start the gateway as nobody")
+async def test_a_gateway_without_root_leaves_no_daemon_behind(
+    env: dict[str, str], fake_dir: Path, tmp_path: Path
+) -> None:
+    """The non-root path for real: ``serve`` as nobody, every run as nobody too."""
+    work = tmp_path / "nobody"
+    work.mkdir()
+    os.chown(work, NOBODY, NOBODY)
+    env["JAZZ_BRIDGE_ROOT"] = str(work / "root")
+    async with serve(env, work, as_uid=NOBODY) as (_, client):
+        await client.post("d", "daemon")
+        await client.wait_role("d", "assistant", count=1, timeout=30)
+        await client.post("d", "setsid")
+        await client.wait_role("d", "assistant", count=2, timeout=30)
+        await client.post("d", "noterm")
+        await wait_until(lambda: len(children(fake_dir)) == 3, what="noterm's child")
+        await client.post("d", "/stop")
+        await client.wait_role("d", "error", timeout=30)
+        runs = [n for n in notes(fake_dir) if n.get("event") == "start"]
+        assert {int(n["uid"]) for n in runs} == {NOBODY}
+        pids = {int(n["pid"]) for n in runs} | {p for c in children(fake_dir) for p in c}
+        await wait_until(lambda: not leftovers(pids=pids), 15, "the runs' processes to be gone")
+
+
+def children(fake_dir: Path) -> list[list[int]]:
+    """What each run noted it left behind, oldest first."""
+    return [[int(p) for p in n["children"]] for n in notes(fake_dir) if "children" in n]
 
 
 @ISOLATION
