@@ -9,18 +9,25 @@ same search is the core's :class:`~bridge.ports.ConfirmsDelivery` hook (``find_s
 a reply found undelivered after a crash is looked up before it is sent again (files have
 no metadata: an artifact upload is at least once).
 
-A 429 closes that Web API method for its ``Retry-After``: calls meanwhile are not made
-(a :class:`DeliveryError` carrying the time left, which the core's delivery waits out); a
-progress edit refused that way is kept and sent once the method opens again, so the
-bubble still ends on the run's summary.
+Slack limits each Web API method per app per workspace (team), so the surface paces calls
+per workspace too. A 429 closes that method in that workspace for its ``Retry-After``:
+calls meanwhile are not made (a :class:`DeliveryError` carrying the time left, which the
+core's delivery waits out). chat.update also has a budget per workspace (Tier 3, about 50
+a minute): each run's bubble is paced on its own (``edit_interval_s``), but a few long runs
+at once in one workspace would together go over, and draw 429s. An edit the budget (or a
+429) refuses is held: the newest one per message is sent once the workspace's budget
+allows, so a bubble still shows its latest state, and ends on the run's summary. An edit
+that takes a message's buttons away settles it (a summary, an answered prompt): it goes
+before every held progress refresh of its workspace, which a newer one replaces anyway.
+Workspaces never wait for each other.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,6 +47,9 @@ BUTTONS_PER_ACTIONS = 25
 DOWNLOAD_CHUNK = 64 * 1024
 MAX_EDIT_STATE = 2000  # messages whose edit order is tracked; idle ones are forgotten past this
 LOOKUP_PAGES = 10  # conversations.replies pages searched for a reply key
+CHAT_UPDATE_PER_MINUTE = 50  # Slack Tier 3, per workspace: no minute holds more edits
+CHAT_UPDATE_BURST = 5  # of those, how many one workspace may make at once after a quiet spell
+CLOSE_FLUSH_S = 5.0  # held edits still being sent when the surface closes get this long
 PERMANENT_ERRORS = frozenset(
     {
         "account_inactive",
@@ -146,6 +156,62 @@ def split_ref(ref: str) -> tuple[str, str]:
     return channel, ts
 
 
+def team_of(target: ReplyTarget) -> str:
+    """The workspace a reply goes to (Slack's rate limits are per workspace): the team the
+    message came from, else the one in the thread key (``slack:<team>:<channel>...``)."""
+    team = target.context.get("team")
+    if isinstance(team, str) and team:
+        return team
+    platform, _, rest = target.thread_key.partition(":")
+    return rest.partition(":")[0] if platform == "slack" else ""
+
+
+def settles(message: Outgoing) -> bool:
+    """Is this edit a message's last word? One that leaves no buttons settles it (a run's
+    summary, an answered prompt); one with buttons is a live bubble's progress refresh,
+    which a newer one replaces."""
+    return not message.choices
+
+
+class EditBudget:
+    """One workspace's chat.update calls: a token bucket holding up to ``burst`` calls,
+    refilled so that no minute holds more than ``per_minute`` of them, the burst included."""
+
+    def __init__(self, per_minute: int, burst: int) -> None:
+        self.burst = float(max(1, min(burst, per_minute - 1)))
+        self.rate = (per_minute - self.burst) / 60.0  # calls a second
+        self.tokens = self.burst
+        self.at = time.monotonic()
+
+    def wait(self, now: float) -> float:
+        """Seconds until a call may be made: 0 now."""
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
+
+    def take(self) -> None:
+        self.tokens -= 1.0
+
+    def full(self, now: float) -> bool:
+        self.wait(now)
+        return self.tokens >= self.burst
+
+
+@dataclass
+class HeldEdit:
+    """The newest edit of one message that could not be sent yet."""
+
+    team: str
+    message: Outgoing
+    seq: int
+    since: float  # when the message first had an edit held: its place in the queue
+
+    @property
+    def rank(self) -> tuple[bool, float]:
+        """The flush order: edits that settle a message first, then the longest held."""
+        return (not settles(self.message), self.since)
+
+
 class SlackSurface:
     name = "slack"
     capabilities = Capabilities(
@@ -173,54 +239,107 @@ class SlackSurface:
         self._unclear: dict[str, tuple[str, str | None]] = {}  # reply key -> channel, thread
         self._no_status: set[str] = set()  # channels where assistant status is unavailable
         self._session: aiohttp.ClientSession | None = None
-        self._closed_until: dict[str, float] = {}  # Web API method -> monotonic reopen time
-        self._held_edits: dict[str, tuple[Outgoing, int]] = {}  # ref -> newest refused edit
-        self._flusher: asyncio.Task[None] | None = None
+        # (Web API method, team) -> monotonic time a 429 reopens it
+        self._closed_until: dict[tuple[str, str], float] = {}
+        self._budgets: dict[str, EditBudget] = {}  # team -> its chat.update budget
+        self._held_edits: dict[str, HeldEdit] = {}  # ref -> its newest edit not sent yet
+        self._flushers: dict[str, asyncio.Task[None]] = {}  # team -> sender of its held edits
         # chat.update of one message, one at a time and newest last: a held progress edit
         # in flight must not land after the summary that replaced it
         self._edit_locks: dict[str, asyncio.Lock] = {}
         self._edit_seq: dict[str, int] = {}
+        self._landed: dict[str, Outgoing] = {}  # ref -> what its last edit showed
 
     # -- rate limits --------------------------------------------------------------------------
 
-    def _gate(self, method: str) -> None:
-        """Refuse (without calling Slack) while a 429 on ``method`` has not run out."""
-        left = self._closed_until.get(method, 0.0) - time.monotonic()
+    def _wait(self, method: str, team: str) -> float:
+        """Seconds until ``method`` may be called in ``team``: a 429's Retry-After, and for
+        chat.update the workspace's budget."""
+        now = time.monotonic()
+        left = self._closed_until.get((method, team), 0.0) - now
+        if method == "chat.update":
+            left = max(left, self._budget(team).wait(now))
+        return left
+
+    def _gate(self, method: str, team: str) -> None:
+        """Refuse (without calling Slack) while ``method`` may not be called in ``team``;
+        else count the call against the workspace's budget."""
+        left = self._wait(method, team)
         if left > 0:
             raise DeliveryError(f"{method}: rate limited for {left:.1f}s more", retry_after=left)
+        if method == "chat.update":
+            self._budget(team).take()
 
-    def _note(self, method: str, exc: Exception) -> None:
+    def _budget(self, team: str) -> EditBudget:
+        budget = self._budgets.get(team)
+        if budget is None:
+            if len(self._budgets) > MAX_EDIT_STATE:  # a full budget is as good as a new one
+                now = time.monotonic()
+                for old in [t for t, b in self._budgets.items() if b.full(now)]:
+                    del self._budgets[old]
+            budget = self._budgets[team] = EditBudget(CHAT_UPDATE_PER_MINUTE, CHAT_UPDATE_BURST)
+        return budget
+
+    def _note(self, method: str, team: str, exc: Exception) -> None:
         retry_after = retry_after_of(exc)
         if retry_after is not None:
-            self._closed_until[method] = time.monotonic() + retry_after
-            log.info("slack: %s rate limited for %.1fs", method, retry_after)
+            self._closed_until[(method, team)] = time.monotonic() + retry_after
+            log.info("slack: %s rate limited in %s for %.1fs", method, team, retry_after)
 
-    async def _flush_edits(self) -> None:
-        """Send the newest held progress edit of each message once chat.update reopens."""
-        while self._held_edits:
-            wait = self._closed_until.get("chat.update", 0.0) - time.monotonic()
+    def _hold(self, team: str, ref: str, message: Outgoing, seq: int) -> None:
+        """Keep the newest edit of ``ref`` for the workspace's flusher to send."""
+        held = self._held_edits.get(ref)
+        if held is not None and held.seq > seq:
+            return  # a newer edit of this message is held already
+        since = held.since if held is not None else time.monotonic()
+        self._held_edits[ref] = HeldEdit(team, message, seq, since)
+        flusher = self._flushers.get(team)
+        if flusher is None or flusher.done():
+            self._flushers[team] = asyncio.create_task(
+                self._flush_edits(team), name=f"slack-edits-{team}"
+            )
+
+    def _queued_ahead(self, team: str, ref: str, message: Outgoing) -> bool:
+        """Does another message of the workspace have an edit held that goes first? Held
+        edits that settle a message go before all progress; among equals, the older first."""
+        final = settles(message)
+        return any(
+            held.team == team and other != ref and (settles(held.message) or not final)
+            for other, held in self._held_edits.items()
+        )
+
+    async def _flush_edits(self, team: str) -> None:
+        """Send the workspace's held edits as its budget and any Retry-After allow."""
+        while True:
+            queue = [(ref, held) for ref, held in self._held_edits.items() if held.team == team]
+            if not queue:
+                return
+            wait = self._wait("chat.update", team)
             if wait > 0:
-                await asyncio.sleep(wait)  # waiting out Retry-After, not synchronisation
+                await asyncio.sleep(wait)  # waiting out the budget or a 429, not synchronisation
                 continue
-            ref, (message, seq) = next(iter(self._held_edits.items()))
+            ref, held = min(queue, key=lambda item: item[1].rank)
             del self._held_edits[ref]
             try:
-                await self._update(ref, message, seq)
+                await self._update(team, ref, held.message, held.seq)
             except DeliveryError as exc:
                 if exc.retry_after and ref not in self._held_edits:
-                    self._held_edits[ref] = (message, seq)
+                    self._held_edits[ref] = held  # its place in the queue kept
                 elif not exc.retry_after:
-                    log.info("slack: held progress edit dropped: %s", exc)
+                    log.info("slack: held edit dropped: %s", exc)
 
     async def close(self) -> None:
-        if self._flusher is not None:
-            if not self._flusher.done():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self._flusher), timeout=5)
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._flusher
-            self._flusher = None
+        """Let held edits go out for a while (summaries among them), then stop sending."""
+        pending = [task for task in self._flushers.values() if not task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=CLOSE_FLUSH_S)
+        flushers = list(self._flushers.values())
+        self._flushers.clear()
+        for task in flushers:
+            task.cancel()
+        for result in await asyncio.gather(*flushers, return_exceptions=True):
+            if isinstance(result, Exception):
+                log.warning("slack: sending held edits failed: %r", result)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -238,7 +357,7 @@ class SlackSurface:
     async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
         channel, thread_ts = self._where(target)
         if reply_key in self._unclear:  # raises when it cannot tell: no blind resend
-            found = await self._lookup(channel, thread_ts, reply_key)
+            found = await self._lookup(team_of(target), channel, thread_ts, reply_key)
             if found is not None:
                 return found
         kwargs: dict[str, Any] = {
@@ -252,11 +371,12 @@ class SlackSurface:
             kwargs["text"] = _plain(message.text or " ")
         else:
             kwargs["markdown_text"] = message.text or " "
-        self._gate("chat.postMessage")
+        team = team_of(target)
+        self._gate("chat.postMessage", team)
         try:
             response = await self.client.chat_postMessage(**kwargs)
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
-            self._note("chat.postMessage", exc)
+            self._note("chat.postMessage", team, exc)
             if _unclear(exc):
                 self._unclear[reply_key] = (channel, thread_ts)
             raise slack_error(exc, "chat.postMessage") from exc
@@ -266,16 +386,18 @@ class SlackSurface:
     async def find_sent(self, target: ReplyTarget, reply_key: str) -> str | None:
         """The core's question before a resend: did the message with ``reply_key`` land?"""
         channel, thread_ts = self._where(target)
-        return await self._lookup(channel, thread_ts, reply_key)
+        return await self._lookup(team_of(target), channel, thread_ts, reply_key)
 
-    async def _lookup(self, channel: str, thread_ts: str | None, reply_key: str) -> str | None:
+    async def _lookup(
+        self, team: str, channel: str, thread_ts: str | None, reply_key: str
+    ) -> str | None:
         """Search the thread (or the channel's newest messages) for the reply key in the
         messages' metadata. None only when Slack said it is not there; a failed search
         raises :class:`DeliveryError` (the caller asks again rather than post twice)."""
         method = "conversations.replies" if thread_ts else "conversations.history"
         cursor: str | None = None
         for _page in range(LOOKUP_PAGES):
-            self._gate(method)
+            self._gate(method, team)
             try:
                 if thread_ts:
                     response = await self.client.conversations_replies(
@@ -290,7 +412,7 @@ class SlackSurface:
                         channel=channel, include_all_metadata=True, limit=100
                     )
             except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
-                self._note(method, exc)
+                self._note(method, team, exc)
                 log.info("could not check whether reply %s landed: %s", reply_key, exc)
                 raise slack_error(exc, method) from exc
             for msg in response.get("messages") or []:
@@ -312,25 +434,33 @@ class SlackSurface:
         )
 
     async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
+        """Edit now if the workspace's budget allows and nothing of it waits that goes
+        first; else hold the edit (the newest per message wins) and raise
+        :class:`DeliveryError` with ``retry_after``: the workspace's flusher sends it."""
+        team = team_of(target)
         seq = self._edit_seq[ref] = self._edit_seq.get(ref, 0) + 1
         try:
-            await self._update(ref, message, seq)
+            if self._queued_ahead(team, ref, message):
+                wait = max(self._wait("chat.update", team), 1.0 / self._budget(team).rate)
+                raise DeliveryError("chat.update: queued behind held edits", retry_after=wait)
+            await self._update(team, ref, message, seq)
         except DeliveryError as exc:
             if not exc.retry_after:
                 raise
-            # the newest state wins once chat.update reopens
-            self._held_edits[ref] = (message, seq)
-            if self._flusher is None or self._flusher.done():
-                self._flusher = asyncio.create_task(self._flush_edits(), name="slack-edits")
+            self._hold(team, ref, message, seq)
             raise
 
-    async def _update(self, ref: str, message: Outgoing, seq: int) -> None:
+    async def _update(self, team: str, ref: str, message: Outgoing, seq: int) -> None:
         channel, ts = split_ref(ref)
         async with self._edit_lock(ref):
             if self._edit_seq.get(ref, 0) != seq:
                 return  # a newer edit of this message was made meanwhile: this one is stale
-            self._gate("chat.update")
+            if self._landed.get(ref) == message:  # shown already: no call spent on it
+                self._held_edits.pop(ref, None)
+                return
+            self._gate("chat.update", team)
             self._held_edits.pop(ref, None)  # this newer edit replaces a held one
+            self._landed.pop(ref, None)  # a failed edit may have landed all the same
             try:
                 await self.client.chat_update(
                     channel=channel,
@@ -339,8 +469,9 @@ class SlackSurface:
                     blocks=blocks_for(message),
                 )
             except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
-                self._note("chat.update", exc)
+                self._note("chat.update", team, exc)
                 raise slack_error(exc, "chat.update") from exc
+            self._landed[ref] = message
 
     def _edit_lock(self, ref: str) -> asyncio.Lock:
         if len(self._edit_locks) > MAX_EDIT_STATE:  # forget messages no edit is using
@@ -348,6 +479,7 @@ class SlackSurface:
                 if old not in self._held_edits:
                     self._edit_locks.pop(old, None)
                     self._edit_seq.pop(old, None)
+                    self._landed.pop(old, None)
         return self._edit_locks.setdefault(ref, asyncio.Lock())
 
     async def upload(
@@ -363,11 +495,12 @@ class SlackSurface:
         kwargs: dict[str, Any] = {"channel": channel, "filename": name, "title": name}
         if thread_ts:
             kwargs["thread_ts"] = thread_ts
-        self._gate("files.completeUploadExternal")
+        team = team_of(target)
+        self._gate("files.completeUploadExternal", team)
         try:
             response = await self.client.files_upload_v2(content=data, **kwargs)
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
-            self._note("files.completeUploadExternal", exc)
+            self._note("files.completeUploadExternal", team, exc)
             raise slack_error(exc, "files_upload_v2") from exc
         files = response.get("files") or [{}]
         return f"{channel}:{files[0].get('id') or reply_key}"

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_slack_api import Call, FakeSlackApi
 from gateway_harness import running_gateway, use_reference_runner, wait_until
 
+from adapters.slack.surface import CHAT_UPDATE_BURST, CHAT_UPDATE_PER_MINUTE
 from bridge.errors import AdapterError
 from bridge.model import InboxState
 
@@ -738,3 +739,72 @@ async def test_a_held_progress_edit_never_lands_after_the_summary(
         (bubble,) = [m for m in fake.thread(CHANNEL, thread) if m["ts"] == refused.args.get("ts")]
         await wait_until(lambda: str(bubble.get("text")).startswith("✓"), 10, "the summary")
         assert not [b for b in bubble.get("blocks") or [] if b.get("type") == "actions"]
+
+
+async def test_the_bubbles_of_one_workspace_share_its_chat_update_budget(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    """Five long runs in one workspace want more chat.update calls than its budget (all
+    their bubbles change at once): the calls Slack receives from that workspace stay within
+    it, every bubble ends on its summary, never on an older state. A run in another
+    workspace at the same time is not held back: its bubble shows each of its states, and
+    its summary lands before its answer is posted, as with no other run about."""
+    env = {**env, "JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS": "8"}
+    other_team, other_channel = "T0TEAM0002", "C0CHAN0002"
+    busy = [f"1764671{i}00.000100" for i in range(5)]
+    async with running_gateway(env) as (app, _client):
+        for i, ts in enumerate(busy):
+            assert await event(app.port, mention(f"Ev0BUSY{i}", "!delay 14", ts=ts)) == 200
+        quiet = mention("Ev0QUIET", "!delay 14", ts="1764671900.000100", channel=other_channel)
+        quiet["team_id"] = other_team
+        quiet["event"]["team"] = other_team
+        assert await event(app.port, quiet) == 200
+        answers = await wait_post(fake, "You said", count=6, timeout=60)
+        bubbles = {
+            (c.args["channel"], posted_ts(fake, c)): c
+            for c in fake.called("chat.postMessage")
+            if buttons(c)
+        }
+        assert len(bubbles) == 6, seen(fake)
+
+        def shown(channel: str, ts: str) -> str:
+            (msg,) = [m for m in fake.messages[channel] if m["ts"] == ts]
+            return str(msg.get("text"))
+
+        await wait_until(
+            lambda: all(shown(ch, ts).startswith("✓") for ch, ts in bubbles),
+            30,
+            "every bubble closed with its summary",
+        )
+        assert not [c for c in fake.calls if c.method == "chat.update" and c.status != 200]
+
+        def edits(channel: str, ts: str | None = None) -> list[Call]:
+            return [
+                c
+                for c in fake.calls
+                if c.method == "chat.update"
+                and c.args.get("channel") == channel
+                and (ts is None or c.args.get("ts") == ts)
+            ]
+
+        # the busy workspace: within its budget over every window of its calls
+        rate = (CHAT_UPDATE_PER_MINUTE - CHAT_UPDATE_BURST) / 60
+        jitter = 1.0  # seconds: the calls are timed as they reach the fake, not as sent
+        at = [c.at for c in edits(CHANNEL)]
+        for i, first in enumerate(at):
+            for j in range(i, len(at)):
+                allowed = CHAT_UPDATE_BURST + (at[j] - first + jitter) * rate
+                assert j - i + 1 <= allowed, f"{j - i + 1} edits in {at[j] - first:.2f}s: {at}"
+        for channel, ts in bubbles:
+            calls = edits(channel, ts)
+            final = calls[-1]
+            assert final.args["text"].startswith("✓") and not buttons(final)
+            progress = [int(c.args["text"].rsplit(" ", 1)[-1].rstrip("s")) for c in calls[:-1]]
+            assert progress == sorted(progress)  # never an older state after a newer one
+            assert all(buttons(c) for c in calls[:-1])
+        # the quiet workspace: each state shown, and the summary before the answer
+        (quiet_ts,) = [ts for ch, ts in bubbles if ch == other_channel]
+        quiet_edits = edits(other_channel, quiet_ts)
+        assert [c.args["text"].rsplit(" ", 1)[-1] for c in quiet_edits[:-1]] == ["5s", "10s"]
+        (answer,) = [c for c in answers if c.args["channel"] == other_channel]
+        assert quiet_edits[-1].at < answer.at
