@@ -1,13 +1,16 @@
 """Runner prompts (approvals, questions, secrets) as choices bound to the person who asked.
 
 Each prompt gets an opaque, unguessable token; a choice is ``<token>.<code>`` (well under
-Telegram's 64-byte ``callback_data``). Surfaces without buttons show the same choices
-numbered. A secret is never collected in a shared chat: the runner is told
-``unavailable: shared-chat`` at once.
+Telegram's 64-byte ``callback_data``); a progress bubble's Stop is ``<run's token>.stop``.
+:func:`issued` tells that shape from other data on a button, so a press on a button of a
+run that is over settles only messages the gateway itself posted. Surfaces without
+buttons show the same choices numbered. A secret is never collected in a shared chat: the
+runner is told ``unavailable: shared-chat`` at once.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -18,15 +21,24 @@ from .store import PromptRecord
 
 SEP = "."
 APPROVE, REJECT, APPROVE_ALL, REJECT_ALL, DECLINE = "y", "n", "ya", "na", "x"
+STOP = "stop"  # the code of a progress bubble's Stop button
+TOKEN_BYTES = 12
+# a choice as issued: token_urlsafe(12) (16 characters), the separator, a code
+_ISSUED = re.compile(r"[A-Za-z0-9_-]{16}\.(?:stop|ya|na|y|n|x|s[0-9]{1,3})")
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(12)
+    return secrets.token_urlsafe(TOKEN_BYTES)
 
 
 def split_choice(value: str) -> tuple[str, str]:
     token, _, code = value.partition(SEP)
     return token, code
+
+
+def issued(value: str) -> bool:
+    """Whether ``value`` has the shape of a choice the gateway issues (a prompt's, a Stop)."""
+    return _ISSUED.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
@@ -167,6 +179,12 @@ def unavailable_secret(record: PromptRecord) -> dict[str, Any]:
         "requestId": record.request_id,
         "unavailable": "shared-chat",
     }
+
+
+def expired_text(record: PromptRecord) -> str:
+    """How a prompt's message reads once its run is over unanswered (its buttons gone)."""
+    shown = message_for(record, others_pending=0, buttons=True).text
+    return f"{shown}\n\n⌛ Expired: the run ended without this answer."
 
 
 def resolved_text(record: PromptRecord, code: str, actor_name: str, text: str | None) -> str:

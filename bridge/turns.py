@@ -69,6 +69,8 @@ INTERRUPTED_TEXT = (
 )
 FINISH_RETRY_FIRST_S = 0.5  # recording a run's outcome failed (disk full): first pause
 FINISH_RETRY_MAX_S = 5.0  # the longest pause between tries
+RUN_OVER_TOAST = "This run has already ended."
+RUN_OVER_TEXT = "⏹️ This run has ended."  # a bubble pressed after its run (its Stop gone)
 SHUTDOWN_TEXT = (
     "⚠️ The gateway is shutting down, so this run was stopped before it finished. "
     "Please send your message again in a minute."
@@ -453,16 +455,25 @@ class Engine:
             by = requester.sender_name if actor_id == requester.sender_id else None
             await self._stop_run(stop_run, by or actor_id)  # the name /stop would show
             return PressResult(PressStatus.OK, "Stopping…")
+        if code == P.STOP and P.issued(token):
+            # the Stop of a bubble whose run is over (or began before a restart): maybe one
+            # whose id the gateway never learnt (the answer to its send was lost), so nothing
+            # closed it and it still reads "working"; the presser's message now says so
+            return PressResult(
+                PressStatus.EXPIRED,
+                RUN_OVER_TOAST,
+                resolved=Outgoing(ReplyKind.NOTICE, RUN_OVER_TEXT),
+            )
         record = await self.store.get_prompt(prompt_token)
         slot = self._slots.get(record.conversation_id) if record else None
         run = slot.active if slot else None
-        if (
-            record is None
-            or record.state != "pending"
-            or run is None
-            or run.run_id != record.run_id
-            or run.handle is None
-        ):
+        run_over = record is not None and (run is None or run.run_id != record.run_id)
+        if record is not None and run_over and record.state != "answered":
+            # left unanswered by its run (e.g. a copy of the prompt the run's end could not
+            # settle): the pressed message loses its buttons and says it expired
+            expired = Outgoing(ReplyKind.NOTICE, P.expired_text(record))
+            return PressResult(PressStatus.EXPIRED, "This request has expired.", resolved=expired)
+        if record is None or record.state != "pending" or run is None or run.handle is None:
             return PressResult(PressStatus.EXPIRED, "This request has expired.")
         if actor_id != record.requester:
             who = record.payload.get("requesterName") or record.requester
@@ -725,7 +736,7 @@ class Engine:
                         self.settings.progress,
                         run_id=run.run_id,
                         requester=msg.sender_id,
-                        stop_token=f"{run.stop_token}{P.SEP}stop",
+                        stop_token=f"{run.stop_token}{P.SEP}{P.STOP}",
                     )
                     reporter = asyncio.create_task(
                         run.reporter.run(), name=f"progress-{run.run_id}"
@@ -810,10 +821,7 @@ class Engine:
             except StoreError as exc:  # the next start expires what is left
                 log.warning("prompts of run %d not expired: %s", run.run_id, exc)
             for rec in list(run.prompts.values()):  # their buttons go: nobody can answer now
-                shown = P.message_for(rec, others_pending=0, buttons=True).text
-                await self._settle_prompt_message(
-                    run, rec, f"{shown}\n\n⌛ Expired: the run ended without this answer."
-                )
+                await self._settle_prompt_message(run, rec, P.expired_text(rec))
         return result
 
     async def _record(self, run: ActiveRun, result: RunResult) -> None:

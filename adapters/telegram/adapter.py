@@ -26,6 +26,7 @@ from telegram.ext import Application, ApplicationBuilder
 
 from bridge.errors import AdapterError
 from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatus
+from bridge.prompts import issued
 
 from . import convert, guard
 from .spec import TelegramSettings
@@ -261,7 +262,7 @@ class TelegramAdapter:
                 text = result.text
                 alert = result.status in (PressStatus.NOT_YOURS, PressStatus.EXPIRED)
                 if isinstance(message, Message):
-                    await self._settle(message, result.status, result.resolved)
+                    await self._settle(message, query.data, result.status, result.resolved)
         except Exception:
             log.exception("telegram: callback query %s failed", query.id)
             text, alert = "Something went wrong; please try again.", True
@@ -273,12 +274,21 @@ class TelegramAdapter:
             except TelegramError as exc:
                 log.info("telegram: answerCallbackQuery failed: %s", exc)
 
-    async def _settle(self, message: Message, status: PressStatus, resolved: Any) -> None:
+    async def _settle(
+        self, message: Message, data: str, status: PressStatus, resolved: Any
+    ) -> None:
+        """The pressed message as the press left it. A button of a run that is over (a
+        bubble whose id the gateway never learnt, a prompt nobody can answer now) loses its
+        buttons and says so; only messages with a button of the gateway's own are touched."""
+        chat, message_id = message.chat.id, message.message_id
         try:
             if status is PressStatus.OK and resolved is not None:
-                await self.surface.edit_message(message.chat.id, message.message_id, resolved)
-            elif status is PressStatus.EXPIRED:
-                await self.surface.remove_keyboard(message.chat.id, message.message_id)
+                await self.surface.edit_message(chat, message_id, resolved)
+            elif status is PressStatus.EXPIRED and issued(data):
+                if resolved is not None:
+                    await self.surface.settle_message(chat, message_id, resolved)
+                else:
+                    await self.surface.remove_keyboard(chat, message_id)
         except DeliveryError as exc:
             log.info("telegram: could not update the prompt message: %s", exc)
 

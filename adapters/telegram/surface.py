@@ -14,6 +14,9 @@ up, so this surface does not offer ``find_sent``. A ``sendMessage`` that Telegra
 out but whose answer never arrived (a timeout, a reset connection, a 5xx after the work),
 or a gateway killed between Telegram's answer and the store marking the reply sent, is
 sent again: one extra copy per such event, never a lost answer (tests/faults measure it).
+A progress bubble is not sent again after such a failure (the core's reporter gives it up):
+its copy, if it landed, is an orphan whose id the gateway never learnt, and a press on its
+Stop once the run is over turns it into "the run has ended", without buttons.
 """
 
 from __future__ import annotations
@@ -350,6 +353,14 @@ class TelegramSurface:
                 raise self._map(exc2) from exc2
         except TelegramError as exc:
             raise self._map(exc) from exc
+
+    async def settle_message(self, chat: int, message_id: int, message: Outgoing) -> None:
+        """Edit a message a button press found stale (its run is over), unless an edit of it
+        is held for the cooldown: that one is newer (the run's summary) and drops the
+        buttons itself, so it is not replaced."""
+        if (chat, message_id) in self._held_edits:
+            return
+        await self.edit_message(chat, message_id, message)
 
     async def remove_keyboard(self, chat: int, message_id: int) -> None:
         try:

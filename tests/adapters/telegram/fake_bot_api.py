@@ -64,6 +64,7 @@ class Call:
     status: int
     at: float = field(default_factory=time.monotonic)
     answered: bool = True  # False: the work was done but the caller never got the answer
+    result: Any = None  # what the method returned (a sent message: its ``message_id``)
 
 
 @dataclass
@@ -281,9 +282,9 @@ class FakeBotApi:
                 body = {"ok": False, "error_code": exc.status, "description": exc.description}
                 return web.json_response(body, status=exc.status)
         if fault is not None:  # the work is done; the caller never hears of it
-            self.calls.append(Call(method, params, 200, answered=False))
+            self.calls.append(Call(method, params, 200, answered=False, result=result))
             return await self._misbehave(request, method, params, fault)
-        self.calls.append(Call(method, params, 200))
+        self.calls.append(Call(method, params, 200, result=result))
         return web.json_response({"ok": True, "result": result})
 
     async def _file(self, request: web.Request) -> web.Response:
