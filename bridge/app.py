@@ -27,8 +27,9 @@ from provisioning.modes import STATE_FILE_MODE
 from provisioning.repair import repair
 from provisioning.sandbox import resolve_isolation
 
+from . import rules
 from .config import CoreSettings
-from .errors import AdapterError, BridgeError
+from .errors import BridgeError
 from .metrics import Metrics
 from .operators import OPS_SIZE_TTL_S, Operators
 from .ops import add_ops_routes
@@ -147,6 +148,8 @@ class GatewayApp:
         raise RuntimeError("server is not listening")
 
     async def initialize(self) -> None:
+        # the rules config check and doctor apply, before anything is made or changed
+        rules.require(self.settings, self.specs)
         self.provisioned = await asyncio.to_thread(provision, self.settings)
         self._instance_lock = _lock_root(self.provisioned.root.layout.state)
         self.store = SqliteStore(self.provisioned.root.layout.database)
@@ -157,10 +160,7 @@ class GatewayApp:
         self.engine = Engine(
             self.settings, self.store, self.provisioned.homes, backend, self.metrics, {}
         )
-        for section, spec in sorted(self.specs.items()):
-            section_settings = getattr(self.settings, section, None)
-            if section_settings is None or not spec.enabled(section_settings):
-                continue
+        for spec, section_settings in rules.enabled_adapters(self.settings, self.specs):
             ctx = AdapterContext(
                 settings=section_settings,
                 core=self.settings,
@@ -171,8 +171,6 @@ class GatewayApp:
             adapter = spec.factory(ctx)
             self.adapters.append(adapter)
             self.engine.surfaces[adapter.surface.name] = adapter.surface
-        if not self.adapters:
-            raise AdapterError("no adapter is enabled: enable [web] or configure Slack/Telegram")
         self.web_app = build_app(
             metrics=self.metrics,
             health=self._health,

@@ -310,7 +310,12 @@ def cmd_homes(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Ada
     return 0
 
 
-def cmd_config(args: argparse.Namespace, settings: CoreSettings, _: dict[str, AdapterSpec]) -> int:
+def cmd_config(
+    args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
+) -> int:
+    from .rules import require
+
+    require(settings, specs)  # what serve would refuse to start with: the same line, exit 2
     source = getattr(settings, "_toml_file", None)
     log.info("configuration is valid (file: %s)", source or "none, defaults and environment")
     _dump(effective_config(settings))
@@ -320,11 +325,11 @@ def cmd_config(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Ad
 def cmd_doctor(
     args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
 ) -> int:
-    from .doctor import platform_checks, run_checks
+    from .doctor import config_checks, platform_checks, run_checks
     from .runner import default_command
 
     command, _reference = default_command(settings.runner.command)
-    checks = run_checks(settings, command)
+    checks = config_checks(settings, specs) + run_checks(settings, command)
     checks += asyncio.run(platform_checks(settings, specs))
     if args.json:
         _dump([{"ok": c.ok, "check": c.what, "fix": c.fix} for c in checks])

@@ -4,6 +4,8 @@ It only reads: modes and owners of the root, ``chats/`` and each home, accounts 
 uid map, the operator group and its members, the runner, the configuration. Platform checks
 (credentials valid, webhook registered) belong to the adapters: each enabled adapter's spec
 may carry a ``doctor`` coroutine, run here with a timeout, so the core never imports one.
+The configuration is held to the rules ``serve`` starts by (:mod:`.rules`), so doctor
+never passes a configuration serve refuses.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from provisioning.layout import Layout
 from provisioning.modes import CHATS_MODE, HOME_MODE, PERSONAS_MODE, PRIVATE_DIR_MODE, ROOT_MODE
 from provisioning.sandbox import resolve_isolation
 
+from . import rules
 from .config import CoreSettings
 from .logs import SecretMasker, secret_values
 from .ports import AdapterSpec, DoctorCheck
@@ -56,10 +59,19 @@ def _mode_check(path: Path, want: int, label: str) -> Check:
     )
 
 
+def config_checks(settings: CoreSettings, specs: dict[str, AdapterSpec]) -> list[Check]:
+    """The configuration against the rules serve starts by (:mod:`.rules`): one failed check
+    per rule broken, its fix the line serve would refuse to start with."""
+    broken = rules.problems(settings, specs)
+    if not broken:
+        return [Check(True, "configuration is valid")]
+    masker = SecretMasker(secret_values(settings))
+    return [Check(False, "configuration is valid", masker.mask(line)) for line in broken]
+
+
 def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]:
     layout = Layout(settings.root.absolute())
-    checks = [Check(True, "configuration is valid")]
-    checks.append(_mode_check(layout.root, ROOT_MODE, "root"))
+    checks = [_mode_check(layout.root, ROOT_MODE, "root")]
     checks.append(_mode_check(layout.chats, CHATS_MODE, "chats"))
     checks.append(_mode_check(layout.personas, PERSONAS_MODE, "personas"))
     try:
@@ -187,12 +199,11 @@ async def platform_checks(
     Whatever an adapter reports is passed through the log's secret masker: a token inside
     an error message or a URL never reaches the output.
     """
-    jobs = []
-    for section, spec in sorted(specs.items()):
-        section_settings = settings.section(section)
-        if spec.doctor is None or section_settings is None or not spec.enabled(section_settings):
-            continue
-        jobs.append(_platform(spec, section_settings, timeout_s))
+    jobs = [
+        _platform(spec, section_settings, timeout_s)
+        for spec, section_settings in rules.enabled_adapters(settings, specs)
+        if spec.doctor is not None
+    ]
     masker = SecretMasker(secret_values(settings))
     return [
         Check(c.ok, masker.mask(c.what), masker.mask(c.fix))

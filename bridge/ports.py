@@ -186,3 +186,9 @@ class AdapterSpec:
     # ``jazz-bridge doctor``'s platform checks (credentials valid, webhook registered), given
     # the adapter's settings section; called only when the adapter is enabled
     doctor: Callable[[Any], Awaitable[list[DoctorCheck]]] | None = None
+    # The rules its settings section must meet for ``serve`` to start it, that the settings
+    # model's types cannot say (an allowlist set, the secret its mode needs), given the section
+    # and the core's settings: one actionable line per rule broken, none when it may start.
+    # Called only when the adapter is enabled, by serve, ``config check`` and ``doctor`` alike
+    # (:mod:`bridge.rules`), so none of them accepts what another refuses.
+    check: Callable[[Any, CoreSettings], list[str]] | None = None

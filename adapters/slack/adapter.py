@@ -31,12 +31,13 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bridge import rules
 from bridge.errors import AdapterError
 from bridge.model import Attachment, Inbound, ReplyTarget
 from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatus
 
 from . import guard
-from .spec import SLASH_COMMAND, SlackSettings
+from .spec import SLASH_COMMAND, SlackSettings, check
 from .surface import SlackSurface
 
 log = logging.getLogger(__name__)
@@ -123,25 +124,8 @@ class SlackAdapter:
 
     async def initialize(self) -> None:
         s = self.settings
-        if s.mode == "http" and not (
-            s.signing_secret and s.signing_secret.get_secret_value().strip()
-        ):
-            # an empty secret would be an HMAC key anyone can sign with
-            raise AdapterError(
-                "slack.signing_secret is required in HTTP mode (JAZZ_BRIDGE_SLACK__SIGNING_SECRET"
-                '; the app\'s Basic Information page), or set slack.mode = "socket"'
-            )
-        if s.mode == "socket" and s.app_token is None:
-            raise AdapterError(
-                "slack.app_token (an xapp- token with connections:write) is required in socket "
-                "mode (JAZZ_BRIDGE_SLACK__APP_TOKEN)"
-            )
-        if not (s.allow_everyone or self._teams or self._channels or self._users):
-            raise AdapterError(
-                "slack has no allowlist: set slack.allowed_teams, slack.allowed_channels or "
-                "slack.allowed_users (e.g. JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS='[\"T0123\"]'), or "
-                "slack.allow_everyone = true"
-            )
+        # the spec's rules: serve applied them already, but no adapter opens without them
+        rules.refuse(check(s, self.ctx.core))
         # One session for every Web API call: without one, slack_sdk opens a new session, so a
         # new connection and TLS handshake to slack.com, for each call (each answer, each
         # progress edit). Its timeout is the session's, as slack_sdk's own would have been.

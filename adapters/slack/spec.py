@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from bridge.config import CoreSettings
 from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck
 
 # What the Slack app must subscribe to and be granted (deploy/slack/manifest*.yaml are
@@ -66,6 +67,37 @@ def _enabled(settings: Any) -> bool:
     return bool(settings.enabled and settings.bot_token is not None)
 
 
+def check(settings: SlackSettings, core: CoreSettings) -> list[str]:
+    """What serve refuses to start Slack without (``AdapterSpec.check``), one line each."""
+    found = []
+    if settings.mode == "http" and not (
+        settings.signing_secret and settings.signing_secret.get_secret_value().strip()
+    ):
+        # an empty secret would be an HMAC key anyone can sign with
+        found.append(
+            "slack.signing_secret is required in HTTP mode (JAZZ_BRIDGE_SLACK__SIGNING_SECRET"
+            '; the app\'s Basic Information page), or set slack.mode = "socket"'
+        )
+    if settings.mode == "socket" and settings.app_token is None:
+        found.append(
+            "slack.app_token (an xapp- token with connections:write) is required in socket "
+            "mode (JAZZ_BRIDGE_SLACK__APP_TOKEN)"
+        )
+    if not (
+        settings.allow_everyone
+        or settings.allowed_teams
+        or settings.allowed_channels
+        or settings.allowed_users
+    ):
+        # with no list set, the lists would let in anyone
+        found.append(
+            "slack has no allowlist: set slack.allowed_teams, slack.allowed_channels or "
+            "slack.allowed_users (e.g. JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS='[\"T0123\"]'), or "
+            "slack.allow_everyone = true"
+        )
+    return found
+
+
 SPEC = AdapterSpec(
     name="slack",
     section="slack",
@@ -73,4 +105,5 @@ SPEC = AdapterSpec(
     factory=_factory,
     enabled=_enabled,
     doctor=_doctor,
+    check=check,
 )

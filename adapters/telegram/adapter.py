@@ -15,7 +15,6 @@ import hashlib
 import hmac
 import json
 import logging
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,19 +23,19 @@ from telegram import BotCommand, CallbackQuery, Message, Update
 from telegram.error import InvalidToken, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder
 
+from bridge import rules
 from bridge.errors import AdapterError
 from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatus
 from bridge.prompts import issued
 
 from . import convert, guard
-from .spec import TelegramSettings
+from .spec import TelegramSettings, check
 from .surface import TelegramSurface, retry_seconds
 from .transport import AiohttpRequest, env_proxy
 
 log = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 (a header name)
-SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what setWebhook accepts
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 MAX_TOAST = 200  # answerCallbackQuery's text limit
 MAX_BACKOFF_S = 30.0
@@ -84,22 +83,8 @@ class TelegramAdapter:
 
     async def initialize(self) -> None:
         s = self.settings
-        if not (s.allow_everyone or s.allowed_chats or s.allowed_users):
-            raise AdapterError(
-                "telegram has no allowlist: set telegram.allowed_chats or telegram.allowed_users "
-                "(JAZZ_BRIDGE_TELEGRAM__ALLOWED_USERS='[123456]'), or telegram.allow_everyone = "
-                "true to let anyone who finds the bot use it"
-            )
-        if self.mode == "webhook":
-            if self._secret is None:
-                raise AdapterError(
-                    "telegram.webhook_secret (JAZZ_BRIDGE_TELEGRAM__WEBHOOK_SECRET) is required "
-                    "in webhook mode: Telegram sends it with every update"
-                )
-            if not SECRET_RE.match(self._secret.decode()):
-                raise AdapterError(
-                    "telegram.webhook_secret must be 1-256 characters of A-Z a-z 0-9 _ -"
-                )
+        # the spec's rules: serve applied them already, but no adapter opens without them
+        rules.refuse(check(s, self.ctx.core))
         try:
             await self.application.initialize()  # getMe: checks the token
         except InvalidToken as exc:

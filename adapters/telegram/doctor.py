@@ -3,8 +3,10 @@
 Called through :attr:`bridge.ports.AdapterSpec.doctor` (the core never imports an adapter)
 with the ``[telegram]`` section. ``getMe`` proves the token; ``getWebhookInfo`` shows where
 Telegram delivers updates: in webhook mode it must be ``telegram.webhook_url``, in polling
-mode no webhook may be set (Telegram refuses ``getUpdates`` while one is). No secret goes
-into a line (the core masks the token in anything reported, a URL included).
+mode no webhook may be set (Telegram refuses ``getUpdates`` while one is). The webhook
+secret and the allowlist are rules of the configuration (``spec.check``), which doctor
+reports with serve's own words. No secret goes into a line (the core masks the token in
+anything reported, a URL included).
 """
 
 from __future__ import annotations
@@ -84,13 +86,6 @@ async def _checks(bot: Bot, settings: TelegramSettings) -> list[DoctorCheck]:
                     WEBHOOK_FIX,
                 )
             )
-        checks.append(
-            DoctorCheck(
-                settings.webhook_secret is not None,
-                "telegram webhook secret set (webhook mode)",
-                "set telegram.webhook_secret (1-256 of A-Z a-z 0-9 _ -)",
-            )
-        )
     else:
         checks.append(
             DoctorCheck(

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from bridge.config import CoreSettings
 from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck
+
+WEBHOOK_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what setWebhook accepts
 
 
 class TelegramSettings(BaseModel):
@@ -59,6 +63,27 @@ def _enabled(settings: Any) -> bool:
     return bool(settings.enabled and settings.token is not None)
 
 
+def check(settings: TelegramSettings, core: CoreSettings) -> list[str]:
+    """What serve refuses to start Telegram without (``AdapterSpec.check``), one line each."""
+    found = []
+    if not (settings.allow_everyone or settings.allowed_chats or settings.allowed_users):
+        found.append(
+            "telegram has no allowlist: set telegram.allowed_chats or telegram.allowed_users "
+            "(JAZZ_BRIDGE_TELEGRAM__ALLOWED_USERS='[123456]'), or telegram.allow_everyone = "
+            "true to let anyone who finds the bot use it"
+        )
+    if settings.resolved_mode == "webhook":
+        secret = settings.webhook_secret
+        if secret is None:
+            found.append(
+                "telegram.webhook_secret (JAZZ_BRIDGE_TELEGRAM__WEBHOOK_SECRET) is required "
+                "in webhook mode: Telegram sends it with every update"
+            )
+        elif not WEBHOOK_SECRET.match(secret.get_secret_value()):
+            found.append("telegram.webhook_secret must be 1-256 characters of A-Z a-z 0-9 _ -")
+    return found
+
+
 SPEC = AdapterSpec(
     name="telegram",
     section="telegram",
@@ -66,4 +91,5 @@ SPEC = AdapterSpec(
     factory=_factory,
     enabled=_enabled,
     doctor=_doctor,
+    check=check,
 )

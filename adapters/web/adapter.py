@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import re
@@ -23,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bridge.errors import AdapterError
+from bridge import rules
 from bridge.model import Attachment, Inbound, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import (
     AdapterContext,
@@ -33,6 +32,8 @@ from bridge.ports import (
     SubmitStatus,
 )
 from bridge.store import StoreError, StoreFull
+
+from .spec import check, is_loopback
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = logging.getLogger(__name__)
@@ -156,12 +157,8 @@ class WebAdapter:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def initialize(self) -> None:
-        host = self.ctx.core.server.host
-        if self._token is None and not _is_loopback(host):
-            raise AdapterError(
-                f"the web chat is bound to {host}, beyond loopback, without a token: set "
-                "web.token (JAZZ_BRIDGE_WEB__TOKEN) or bind server.host to 127.0.0.1"
-            )
+        # the spec's rules: serve applied them already, but no adapter opens without them
+        rules.refuse(check(self.settings, self.ctx.core))
 
     async def start(self) -> None:
         return None
@@ -199,7 +196,7 @@ class WebAdapter:
         """
 
         async def guarded(request: web.Request) -> web.StreamResponse:
-            if self._token is None and not _is_loopback(_hostname(request.host)):
+            if self._token is None and not is_loopback(_hostname(request.host)):
                 return _bad(f"this web chat answers on loopback only, not as {request.host!r}", 421)
             if request.method == "POST":
                 if request.content_type != "application/json":
@@ -397,12 +394,3 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _is_loopback(host: str) -> bool:
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from bridge.config import CoreSettings
 from bridge.ports import Adapter, AdapterContext, AdapterSpec
 
 
@@ -27,10 +29,32 @@ def _enabled(settings: Any) -> bool:
     return bool(settings.enabled)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, no port) can only be reached from this machine."""
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check(settings: WebSettings, core: CoreSettings) -> list[str]:
+    """What serve refuses to start the web chat with (``AdapterSpec.check``), one line each."""
+    host = core.server.host
+    if settings.token is None and not is_loopback(host):
+        return [
+            f"the web chat is bound to {host}, beyond loopback, without a token: set "
+            "web.token (JAZZ_BRIDGE_WEB__TOKEN) or bind server.host to 127.0.0.1"
+        ]
+    return []
+
+
 SPEC = AdapterSpec(
     name="web",
     section="web",
     settings_model=WebSettings,
     factory=_factory,
     enabled=_enabled,
+    check=check,
 )

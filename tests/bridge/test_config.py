@@ -1,4 +1,5 @@
-"""Configuration: TOML and environment, bad keys refused by name, secrets masked."""
+"""Configuration: TOML and environment, bad keys refused by name, secrets masked, and the
+rules serve starts by applied alike by serve, config check and doctor."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
+from bridge import rules
 from bridge.config import load_settings
 from bridge.errors import AdapterError, ConfigError
 from bridge.plugins import load_specs
@@ -221,3 +223,79 @@ def test_a_broken_or_clashing_adapter_plugin(caplog: pytest.LogCaptureFixture) -
     # one that claims a section of the gateway's own is refused, naming it
     with pytest.raises(AdapterError, match=r"claims \[log\], a section of the gateway's own"):
         load_specs([ep("logger", f"{__name__}:CLASH")])
+
+
+def _cli(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "JAZZ_BRIDGE_ISOLATION": "off",
+            "JAZZ_BRIDGE_ROOT": str(tmp_path / "root"),
+            "JAZZ_BRIDGE_SERVER__PORT": "0",
+            **env,
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"JAZZ_BRIDGE_SERVER__HOST": "0.0.0.0"}, "the web chat is bound to 0.0.0.0, beyond"),
+        ({"JAZZ_BRIDGE_WEB__ENABLED": "false"}, "no adapter is enabled: "),
+    ],
+)
+def test_config_check_and_doctor_refuse_what_serve_refuses(
+    tmp_path: Path, env: dict[str, str], says: str
+) -> None:
+    served = _cli(tmp_path, env, "serve")
+    assert served.returncode == 2, served.stderr[-2000:]
+    refusal = served.stderr.strip().splitlines()[-1]
+    assert refusal.startswith(f"jazz-bridge: error: {says}"), refusal
+    assert not (tmp_path / "root").exists()  # refused before it made anything
+    checked = _cli(tmp_path, env, "config", "check")
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    assert checked.stderr.strip().splitlines()[-1] == refusal
+    doctor = _cli(tmp_path, env, "doctor")
+    assert doctor.returncode == 1
+    message = refusal.removeprefix("jazz-bridge: error: ")
+    assert f"FAIL configuration is valid -> {message}" in doctor.stdout.splitlines()
+    # with the fix the refusal names, config check passes
+    fixed = {**env, "JAZZ_BRIDGE_WEB__ENABLED": "true", "JAZZ_BRIDGE_WEB__TOKEN": "a-web-token"}
+    assert _cli(tmp_path, fixed, "config", "check").returncode == 0
+
+
+def _must_have_a_room(settings: Any, core: Any) -> list[str]:
+    return [] if settings.room else ["matrix.room is required (JAZZ_BRIDGE_MATRIX__ROOM)"]
+
+
+class RoomSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = False
+    room: str = ""
+
+
+ROOMS = AdapterSpec(
+    "matrix", "matrix", RoomSettings, _no_adapter, lambda s: s.enabled, check=_must_have_a_room
+)
+
+
+def test_an_adapter_is_held_to_its_rules_only_when_enabled() -> None:
+    specs = {**load_specs(), "matrix": ROOMS}
+    sections = {k: s.settings_model for k, s in specs.items()}
+    off = load_settings(None, adapter_sections=sections, environ={})
+    assert rules.problems(off, specs) == []
+    on = {"JAZZ_BRIDGE_MATRIX__ENABLED": "true"}
+    broken = load_settings(None, adapter_sections=sections, environ=on)
+    assert rules.problems(broken, specs) == ["matrix.room is required (JAZZ_BRIDGE_MATRIX__ROOM)"]
+    with pytest.raises(AdapterError) as refused:
+        rules.require(broken, specs)
+    assert str(refused.value) == "matrix.room is required (JAZZ_BRIDGE_MATRIX__ROOM)"
+    fixed = load_settings(
+        None, adapter_sections=sections, environ={**on, "JAZZ_BRIDGE_MATRIX__ROOM": "!ops"}
+    )
+    rules.require(fixed, specs)
