@@ -61,11 +61,16 @@ async def test_another_site_cannot_post_or_read_through_a_browser(env: dict[str,
         # DNS rebinding: the attacker's name resolving to 127.0.0.1
         rebound = b"GET /api/threads/demo/messages HTTP/1.1\r\nHost: attacker.example\r\n"
         assert (await raw(client, rebound + b"Connection: close\r\n\r\n"))[0] == 421
+        # a message is stored before its answer: none of those was (nor run)
+        assert await client.messages("demo") == []
         assert client.runs() == []
         # the page itself: same origin, JSON
         own = post(path, body, b"Content-Type: application/json", b"Origin: http://127.0.0.1")
         assert (await raw(client, own))[0] == 202
         await client.wait_role("demo", "assistant")
+        users = [m["text"] for m in await client.messages("demo") if m["role"] == "user"]
+        assert users == ["from another site"]
+        assert len(client.starts("web:demo")) == 1
 
 
 async def test_bad_input_is_a_clear_400_never_a_500(env: dict[str, str]) -> None:
@@ -89,6 +94,7 @@ async def test_bad_input_is_a_clear_400_never_a_500(env: dict[str, str]) -> None
         ]
         statuses = [(await raw(client, r + b"Connection: close\r\n\r\n"))[0] for r in ops]
         assert statuses == [403, 404]
+        assert await client.messages("bad") == []  # stored before any answer: none was
         assert client.runs() == []
 
 
