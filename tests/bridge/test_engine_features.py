@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,9 +148,9 @@ async def test_waiting_for_a_person_does_not_count_against_the_timeout(env: dict
     async with running_gateway(env) as (_, client):
         await client.post("w", "!approve bash")
         prompt = (await client.wait_role("w", "prompt"))[0]
-        started = time.monotonic()
         await asyncio.sleep(3.5)  # the thing under test: time passing while a person thinks
-        assert time.monotonic() - started >= 3.5
+        # past the 1 s timeout (plus its grace), the run still waits for the person
+        assert not [m for m in await client.messages("w") if m["role"] == "error"]
         status, _ = await client.press("w", prompt["choices"][0]["token"], "ada")
         assert status == 200
         answer = (await client.wait_role("w", "assistant"))[0]["text"]
