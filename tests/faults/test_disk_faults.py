@@ -224,6 +224,16 @@ async def test_a_run_that_ends_while_the_disk_is_full_is_answered_once_space_is_
             return any(m["role"] in ("assistant", "error") for m in msgs)
 
         await wait_until(replied, 10, "a reply to the run that ended on a full disk")
+        # the conversation's next answer comes after every earlier reply: a second copy of
+        # the first would be there by then
+        await client.post("w", "after the disk")
+        await client.wait_role("w", "assistant", count=2)
+        replies = [m for m in await client.messages("w") if m["role"] in ("assistant", "error")]
+        assert [(m["role"], m["text"].split("\n")[0]) for m in replies] == [
+            ("assistant", "ok: wait W"),
+            ("assistant", "ok: after the disk"),
+        ]
+        assert len([n for n in notes(fake_dir) if n.get("word") == "wait"]) == 1  # ran once
 
 
 async def test_a_run_that_cannot_start_on_a_full_disk_starts_once_space_is_back(
