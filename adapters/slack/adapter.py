@@ -8,9 +8,10 @@ the same converter. Everything else (``url_verification``, button presses, ``/ja
 through bolt, and so does everything in Socket Mode, where the same listener converts events
 (``process_before_response=True``). Either way Slack's 2xx comes after the inbox write; a
 refusal (the gateway is stopping) answers 503, a store that cannot write 507/503 (the
-server's middleware), so Slack delivers again. The dedupe key is the envelope's
-``event_id``: a redelivery is acked and never runs twice. Button presses are acked at once
-and answered in a tracked task.
+server's middleware), so Slack delivers again. The dedupe key is the message's channel
+and ``ts``, not the envelope's ``event_id``: a redelivery is acked and never runs twice, and
+neither does one message Slack sends as two events (``message.im`` and ``app_mention``).
+Button presses are acked at once and answered in a tracked task.
 """
 
 from __future__ import annotations
@@ -322,7 +323,10 @@ class SlackAdapter:
         text = _text(raw_text, bot)
         if not text and not attachments:
             text = "/help"
-        event_id = str(body.get("event_id") or f"{channel}:{ts}")
+        # the message, not the event: one message can come as two events with ids of their
+        # own (message.im and app_mention for a DM that mentions the bot; a mention in a
+        # thread when the bot's id is unknown), and a retry of either has the same channel/ts
+        event_id = f"{channel}:{ts}"
         return Inbound(
             platform=PLATFORM,
             event_id=event_id,

@@ -598,6 +598,8 @@ def test_slack_events_fuzz(live: Live, capsys: pytest.CaptureFixture[str]) -> No
         doc["event_id"] = f"EvFz{marker}"
         if isinstance(doc.get("event"), dict) and isinstance(doc["event"].get("text"), str):
             doc["event"]["text"] += f" {marker}"
+            # a message is named by its channel and ts: each case a message of its own
+            doc["event"]["ts"] = f"1764671000.{tally.cases:06d}"
         for m in muts:
             doc = m.apply(doc)
         raw = dumps(doc)

@@ -321,6 +321,16 @@ async def test_a_dm_is_its_own_conversation_and_bots_and_edits_are_ignored(
         (third,) = await wait_post(fake, "in a DM thread", channel=DM)
         assert third.args["thread_ts"] == "17.5"
         assert "Earlier turns in this conversation: 0" in third.args["markdown_text"]
+        # a DM that mentions the bot comes twice, as message.im and as app_mention, each with
+        # an event id of its own: one message (channel and ts name it), one run
+        assert await stored(app) == 3
+        both = "1764670300.000100"
+        as_message = message("Ev0DMM", f"<@{BOT}> announced twice", ts=both, channel=DM)
+        as_mention = mention("Ev0DMA", "announced twice", ts=both, channel=DM, channel_type="im")
+        assert await event(app.port, as_mention) == 200
+        assert await event(app.port, as_message) == 200
+        assert await stored(app) == 4
+        await wait_post(fake, "announced twice", channel=DM)
         keys = {m.thread_key for m in await app.store.messages_in_state(InboxState.DONE)}
         assert keys == {f"slack:{TEAM}:{DM}", f"slack:{TEAM}:{DM}:17.5"}
 
