@@ -5,13 +5,24 @@ converter that measures offsets in UTF-16 code units, as Telegram does) and spli
 Telegram's 4096-unit limit with entities clipped into each part, never cut open. Raw HTML
 in an answer (``<your-token>``, ``Vec<u8>``, an XML snippet outside a fence) is shown as
 the text it is: the converter drops HTML it has no entity for.
+
+Telegram refuses a whole message's entities for one it does not accept, and the surface
+then sends the answer unformatted; so what the converter would produce but Telegram
+refuses is mended here: a link to a relative path or anchor becomes the path in code (a
+coding agent links files constantly), entities nest only as the Bot API allows (quotes
+are flattened), and lone ``\\r`` line ends are read as newlines. What the converter loses
+is kept: the URL of a link in a table (sent as a code block) or of a link without text.
+Parts are cut at a newline or space, so text of astral characters (two UTF-16 units each,
+which the core's character count cannot see) is not cut inside a word.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyromark
 import telegramify_markdown
@@ -36,6 +47,18 @@ PARSE_OPTIONS = (
     | pyromark.Options.ENABLE_MATH
 )
 KEPT_HTML = frozenset({"<tg-spoiler>", "</tg-spoiler>"})  # the one tag Telegram shows
+# the converter's settings for this adapter alone (its default config is process-global):
+# an open task shows an empty box, not the library's ☑ that reads as done next to ✅
+RENDER_CONFIG = telegramify_markdown.RenderConfig.isolated()
+RENDER_CONFIG.markdown_symbol.task_uncompleted = "\N{WHITE LARGE SQUARE}"  # ⬜
+# what a text_link may point to: Telegram refuses a URL without a host ("URL host is empty")
+WEB_URL = re.compile(r"(?i)(?:https?://[^\s/?#]|tg://|mailto:)")
+EMAIL = re.compile(r"[^\s@/:<>()]+@[^\s@/:<>()]+\.[^\s@/:<>()]+")
+INLINE_SYNTAX = frozenset("\\`*_[]<>&~$|!")  # escaped where a URL is written as text
+SPLITTABLE = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler"})
+QUOTES = frozenset({"blockquote", "expandable_blockquote"})
+CODE = frozenset({"code", "pre"})
+TgEntity = telegramify_markdown.MessageEntity
 
 
 # -- Markdown -> Telegram --------------------------------------------------------------------
@@ -90,13 +113,258 @@ def literal_html(markdown: str) -> str:
 
 def render(markdown: str, limit: int = MAX_MESSAGE) -> list[Part]:
     """Markdown as Telegram messages of at most ``limit`` UTF-16 units each."""
-    text, entities = telegramify_markdown.convert(literal_html(markdown))
+    markdown = markdown.replace("\r\n", "\n").replace("\r", "\n")
+    source = readable_links(literal_html(markdown))
+    text, entities = telegramify_markdown.convert(source, config=RENDER_CONFIG)
     if not text.strip():
         fallback = markdown.strip() or "…"
         return [Part(chunk, ()) for chunk in split_plain(fallback, limit)]
-    chunks = telegramify_markdown.split_entities(text, entities, limit)
+    chunks = _split_entities(text, _nest(_fix_links(entities)), limit)
     parts = [Part(t, tuple(_entity(e) for e in ents)) for t, ents in chunks if t.strip()]
     return parts or [Part("…", ())]
+
+
+# -- links Telegram can open -------------------------------------------------------------------
+
+
+def web_url(url: str) -> str | None:
+    """``url`` as Telegram accepts it in a ``text_link`` (``mailto:`` added to a bare
+    address), or None: a relative path, an anchor or a host-less URL makes Telegram refuse
+    the whole message's formatting."""
+    if WEB_URL.match(url):
+        return url
+    if EMAIL.fullmatch(url):
+        return f"mailto:{url}"
+    return None
+
+
+def _escaped(text: str) -> str:
+    """``text`` with the characters that are Markdown syntax inline backslash-escaped."""
+    return "".join(f"\\{c}" if c in INLINE_SYNTAX else c for c in text)
+
+
+def _code_span(text: str) -> str:
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+@dataclass
+class _Link:
+    start: int  # UTF-8 byte range of the whole link or image in the source
+    end: int
+    url: str
+    kind: str  # Inline | Reference | Autolink | Email | ...
+    image: bool
+    in_table: bool
+    inner_start: int = -1  # byte range of the link text (the alt text of an image)
+    inner_end: int = -1
+    plain: str = ""  # the link text without its markup
+
+
+def _links(markdown: str) -> list[_Link]:
+    """Every link and image of ``markdown``, with where its text is and whether in a table."""
+    found: list[_Link] = []
+    open_links: list[_Link] = []  # an image can sit inside a link's text
+    tables = 0
+    for payload, where in pyromark.events_with_range(markdown, options=PARSE_OPTIONS):
+        event: Any = payload  # pyromark's union of TypedDicts, read as the dicts they are
+        start, end = where["start"], where["end"]
+        opened = event.get("Start") if isinstance(event, dict) else None
+        closed = event.get("End") if isinstance(event, dict) else None
+        if isinstance(opened, dict) and ("Link" in opened or "Image" in opened):
+            data: Any = opened["Link"] if "Link" in opened else opened["Image"]
+            for outer in open_links:
+                _widen(outer, start, end)
+            link = _Link(
+                start,
+                end,
+                url=str(data["dest_url"]),
+                kind=str(data["link_type"]),
+                image="Image" in opened,
+                in_table=tables > 0,
+            )
+            open_links.append(link)
+            found.append(link)
+            continue
+        if closed in ("Link", "Image"):
+            open_links.pop()
+            continue
+        if isinstance(opened, dict) and "Table" in opened:
+            tables += 1
+        elif closed == "Table":
+            tables -= 1
+        piece = event.get("Text", event.get("Code")) if isinstance(event, dict) else None
+        for outer in open_links:
+            _widen(outer, start, end)
+            if isinstance(piece, str):
+                outer.plain += piece
+    return found
+
+
+def _widen(link: _Link, start: int, end: int) -> None:
+    link.inner_start = start if link.inner_start < 0 else min(link.inner_start, start)
+    link.inner_end = max(link.inner_end, end)
+
+
+def _rewrite(link: _Link, raw: bytes) -> tuple[int, int, str] | None:
+    """The source edit (byte range, replacement) that keeps the link's target readable."""
+    inner = raw[link.inner_start : link.inner_end].decode() if link.inner_start >= 0 else ""
+    label = link.plain.strip()
+    marker = RENDER_CONFIG.markdown_symbol.image if link.image else ""
+    text_at = link.start + (2 if link.image else 1)  # after "[" or "!["
+    if link.kind in ("Autolink", "Email") and label:
+        return None  # the text is the address already
+    if web_url(link.url) is not None:
+        if not label:  # nothing to click: the address becomes the text
+            return text_at, text_at, _escaped(link.url)
+        if link.in_table and label != link.url:  # a table is a code block: no link in it
+            return link.end, link.end, f" ({_escaped(link.url)})"
+        return None
+    if not link.url or link.url.startswith("#"):  # an anchor: only the text means something
+        return link.start, link.end, f"{marker}{inner}"
+    # a path (or a footnote's text): shown, as code where code can be shown
+    path = _escaped(link.url) if link.in_table else _code_span(link.url)
+    if not label or label == link.url or link.url.endswith(f"/{label}"):
+        return link.start, link.end, f"{marker}{path}"
+    return link.start, link.end, f"{marker}{inner} ({path})"
+
+
+def readable_links(markdown: str) -> str:
+    """``markdown`` with every link's target kept where Telegram would lose or refuse it.
+
+    A ``text_link`` needs an absolute URL: Telegram refuses ``src/main.py``, ``/etc/x`` or
+    ``#usage`` (and with it all of the message's formatting), so those become the text
+    with the path in code (or the path alone when the text only names it; an anchor keeps
+    its text). A table is sent as a code block, where links cannot be, so their URLs are
+    written after the text; a link or image without text shows its URL.
+    """
+    if "[" not in markdown and "<" not in markdown:
+        return markdown
+    raw = markdown.encode()
+    edits = [e for link in _links(markdown) if (e := _rewrite(link, raw)) is not None]
+    if not edits:
+        return markdown
+    out = bytearray()
+    last = 0
+    for start, end, replacement in sorted(edits, key=lambda e: (e[0], e[1])):
+        if start < last:
+            continue  # inside a link already rewritten (an image in a link)
+        out += raw[last:start] + replacement.encode()
+        last = end
+    out += raw[last:]
+    return out.decode()
+
+
+def _fix_links(entities: list[TgEntity]) -> list[TgEntity]:
+    """A link Telegram would refuse (one ``readable_links`` did not catch) becomes code."""
+    fixed: list[TgEntity] = []
+    for e in entities:
+        if e.type == "text_link":
+            url = web_url(e.url or "")
+            e = e.copy_with(url=url) if url else e.copy_with(type="code", url=None)
+        fixed.append(e)
+    return fixed
+
+
+# -- entity nesting -----------------------------------------------------------------------------
+
+
+def _rank(kind: str) -> int:
+    """Which of two entities over the same text is the outer one."""
+    if kind in QUOTES:
+        return 0
+    if kind in SPLITTABLE:
+        return 3
+    if kind in CODE:
+        return 2
+    return 1  # links, mentions, custom emoji: a link over code keeps the link
+
+
+def _nest(entities: list[TgEntity]) -> list[TgEntity]:
+    """Only the nestings Telegram allows: none inside ``pre``/``code``, no quote in a quote
+    (an inner quote is flattened into the outer one), inside a link or other "continuous"
+    entity only bold/italic/underline/strikethrough/spoiler, and no partial overlaps.
+
+    The Bot API's formatting options state these rules; TDLib, which applies them, lets a
+    blockquote contain anything but another blockquote, so a code block in a quote stays.
+    """
+    order = sorted(entities, key=lambda e: (e.offset, -e.length, _rank(e.type)))
+    kept: list[TgEntity] = []
+    chain: list[TgEntity] = []  # the kept entities containing the current one, outermost first
+    for e in order:
+        while chain and chain[-1].offset + chain[-1].length <= e.offset:
+            chain.pop()
+        if chain and chain[-1].offset + chain[-1].length < e.offset + e.length:
+            continue  # a partial overlap
+        outer = {c.type for c in chain}
+        if outer & CODE:
+            continue
+        if e.type in QUOTES and outer & QUOTES:
+            continue
+        if e.type not in SPLITTABLE and e.type not in QUOTES and outer - SPLITTABLE - QUOTES:
+            continue
+        kept.append(e)
+        chain.append(e)
+    return kept
+
+
+# -- splitting ---------------------------------------------------------------------------------
+
+
+def _utf16_offsets(text: str) -> list[int]:
+    """``offsets[i]``: where ``text[i]`` starts, in UTF-16 code units (and the total last)."""
+    offsets = [0] * (len(text) + 1)
+    total = 0
+    for i, ch in enumerate(text):
+        offsets[i] = total
+        total += 2 if ord(ch) > 0xFFFF else 1
+    offsets[len(text)] = total
+    return offsets
+
+
+def _cuts(text: str, offsets: list[int], limit: int) -> list[tuple[int, int]]:
+    """Ranges of ``text`` of at most ``limit`` UTF-16 units, ending after a newline where one
+    is in the second half of the room, else after the last space or newline: a word is cut
+    only when the room holds no space at all. (The core splits by characters; text of
+    astral characters, two units each, is cut again here.)"""
+    ranges: list[tuple[int, int]] = []
+    start, size = 0, len(text)
+    while offsets[size] - offsets[start] > limit:
+        hard = bisect.bisect_right(offsets, offsets[start] + limit, start, size + 1) - 1
+        hard = max(hard, start + 1)
+        found = text.rfind("\n", start + (hard - start) // 2, hard)
+        if found < 0:
+            found = max(text.rfind(c, start, hard) for c in " \n\t")
+        cut = found + 1 if found >= 0 else hard
+        ranges.append((start, cut))
+        start = cut
+    ranges.append((start, size))
+    return ranges
+
+
+def _split_entities(
+    text: str, entities: list[TgEntity], limit: int
+) -> list[tuple[str, list[TgEntity]]]:
+    """Parts of at most ``limit`` UTF-16 units, entities clipped into each part."""
+    offsets = _utf16_offsets(text)
+    parts: list[tuple[str, list[TgEntity]]] = []
+    for start, end in _cuts(text, offsets, limit):
+        chunk = text[start:end]
+        if not chunk.strip():
+            continue
+        low, high = offsets[start], offsets[end]
+        clipped: list[TgEntity] = []
+        for e in entities:
+            a, b = max(e.offset, low), min(e.offset + e.length, high)
+            if b <= a:
+                continue
+            covered = text[bisect.bisect_left(offsets, a) : bisect.bisect_left(offsets, b)]
+            if covered.strip():  # a piece that is only the whitespace at a cut is dropped
+                clipped.append(e.copy_with(offset=a - low, length=b - a))
+        parts.append((chunk, clipped))
+    return parts
 
 
 def utf16_len(text: str) -> int:
@@ -104,21 +372,10 @@ def utf16_len(text: str) -> int:
 
 
 def split_plain(text: str, limit: int = MAX_MESSAGE) -> list[str]:
-    """Plain text in parts of at most ``limit`` UTF-16 units, cut at newlines where possible."""
-    parts: list[str] = []
-    rest = text
-    while utf16_len(rest) > limit:
-        cut = limit
-        while utf16_len(rest[:cut]) > limit:  # astral characters take two units
-            cut -= 1
-        newline = rest.rfind("\n", 0, cut)
-        if newline > cut // 2:
-            cut = newline + 1
-        parts.append(rest[:cut])
-        rest = rest[cut:]
-    if rest.strip() or not parts:
-        parts.append(rest)
-    return parts
+    """Plain text in parts of at most ``limit`` UTF-16 units, cut at newlines or spaces."""
+    parts = [text[a:b] for a, b in _cuts(text, _utf16_offsets(text), limit)]
+    kept = [p for p in parts if p.strip()]
+    return kept or parts[:1]
 
 
 def first_part(markdown: str) -> Part:

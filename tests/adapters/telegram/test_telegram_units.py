@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from telegram import Bot, Message
+import telegramify_markdown
+from telegram import Bot, Message, MessageEntity
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_bot_api import Failure, FakeBotApi
@@ -271,3 +272,128 @@ def test_text_that_looks_like_html_is_shown_as_written() -> None:
     (spoiler,) = convert.render("||hidden|| and <tg-spoiler>too</tg-spoiler>")
     assert spoiler.text == "hidden and too"
     assert [e.type for e in spoiler.entities] == ["spoiler", "spoiler"]
+
+
+def _shown(part: convert.Part, entity: MessageEntity) -> str:
+    """The text an entity covers (offsets are UTF-16 code units)."""
+    units = part.text.encode("utf-16-le")
+    return units[2 * entity.offset : 2 * (entity.offset + entity.length)].decode("utf-16-le")
+
+
+def _kinds(part: convert.Part) -> list[tuple[str, str]]:
+    return [(e.type, _shown(part, e)) for e in part.entities]
+
+
+def _nesting_errors(part: convert.Part) -> list[str]:
+    """What the Bot API's formatting options forbid: partial overlaps, anything inside pre
+    or code, a blockquote in a blockquote, a link (or other continuous entity) containing
+    anything but bold/italic/underline/strikethrough/spoiler."""
+    splittable = {"bold", "italic", "underline", "strikethrough", "spoiler"}
+    quotes = {"blockquote", "expandable_blockquote"}
+    errors = []
+    ents = list(part.entities)
+    for i, outer in enumerate(ents):
+        for j, inner in enumerate(ents):
+            o0, o1 = outer.offset, outer.offset + outer.length
+            i0, i1 = inner.offset, inner.offset + inner.length
+            if i == j or i1 <= o0 or o1 <= i0:
+                continue
+            if not (o0 <= i0 and i1 <= o1) and not (i0 <= o0 and o1 <= i1):
+                errors.append(f"{outer.type} overlaps {inner.type}")
+            elif o0 <= i0 and i1 <= o1 and ((o0, o1) != (i0, i1) or i < j):
+                if outer.type in {"pre", "code"}:
+                    errors.append(f"{inner.type} in {outer.type}")
+                elif outer.type in quotes and inner.type in quotes:
+                    errors.append("a blockquote in a blockquote")
+                elif outer.type not in splittable | quotes and inner.type not in splittable:
+                    errors.append(f"{inner.type} in {outer.type}")
+    return errors
+
+
+def test_links_telegram_would_refuse_show_their_path_and_keep_the_formatting() -> None:
+    """Telegram refuses a text_link to src/main.py, /etc/x or #usage ("URL host is empty")
+    and the surface then resends the whole answer unformatted: such a link shows its path
+    as code instead, the rest keeps its entities."""
+    (part,) = convert.render(
+        "**Edit** [main.py](src/main.py), [the config](/etc/app.conf) and [anchor](#usage)"
+    )
+    assert part.text == "Edit src/main.py, the config (/etc/app.conf) and anchor"
+    assert _kinds(part) == [("bold", "Edit"), ("code", "src/main.py"), ("code", "/etc/app.conf")]
+    (note,) = convert.render("text[^1]\n\n[^1]: note")  # no footnotes: a link to "note"
+    assert note.text == "text^1 (note)"
+    assert all(e.type != "text_link" for e in note.entities)
+    (empty,) = convert.render("[](https://x.com/a_b) and <ada@example.com>")
+    assert empty.text == "https://x.com/a_b and ada@example.com"
+    assert [(e.type, _shown(empty, e), e.url) for e in empty.entities] == [
+        ("text_link", "https://x.com/a_b", "https://x.com/a_b"),
+        ("text_link", "ada@example.com", "mailto:ada@example.com"),
+    ]
+    (web,) = convert.render("[docs](https://example.com/docs) and [x](http://)")
+    assert [(e.type, e.url) for e in web.entities] == [
+        ("text_link", "https://example.com/docs"),
+        ("code", None),
+    ]
+
+
+def test_links_in_a_table_keep_their_url() -> None:
+    """A table is sent as a code block, where a link cannot be: its URL is written out."""
+    (part,) = convert.render(
+        "| Name | Link |\n|---|---|\n| docs | [guide](https://example.com/a_b) |\n"
+        "| code | [main](src/main.py) |"
+    )
+    assert "guide (https://example.com/a_b)" in part.text
+    assert "main (src/main.py)" in part.text
+    assert [e.type for e in part.entities] == ["pre"]
+
+
+def test_an_open_task_shows_an_empty_box() -> None:
+    (part,) = convert.render("- [ ] not done\n- [x] done")
+    assert part.text.splitlines() == ["\N{WHITE LARGE SQUARE} not done", "✅ done"]
+    # set on the adapter's own config: the converter's global one is left alone
+    text, _ = telegramify_markdown.convert("- [ ] open")
+    assert text.startswith("\N{BALLOT BOX WITH CHECK}")
+
+
+def test_entities_nest_only_as_telegram_allows() -> None:
+    """Nested quotes become one quote; code inside a link loses its code entity; what the
+    rules allow (bold around code, a code block in a quote) stays."""
+    (quotes,) = convert.render("> outer\n>> inner **b**\n> back")
+    assert _kinds(quotes) == [("blockquote", "outer\ninner b\nback"), ("bold", "b")]
+    (link,) = convert.render("[`code` **b**](https://x.com)")
+    assert _kinds(link) == [("text_link", "code b"), ("bold", "b")]
+    (mixed,) = convert.render("**bold `code`** and **`all`**\n\n> q\n> ```py\n> x = 1\n> ```")
+    assert _kinds(mixed) == [
+        ("bold", "bold code"),
+        ("code", "code"),
+        ("code", "all"),
+        ("blockquote", "q\nx = 1"),
+        ("pre", "x = 1"),
+    ]
+    for markdown in (
+        "> a\n>> b\n>>> c `d` [e](https://e.com)",
+        "- [**x** `y`](src/y.py)\n  > ```\n  > z\n  > ```",
+        "# Title `code` [link](https://a.b)\n\n| a |\n|---|\n| **b** |",
+    ):
+        for part in convert.render(markdown):
+            assert _nesting_errors(part) == [], (markdown, _kinds(part))
+
+
+def test_lone_carriage_returns_are_line_breaks() -> None:
+    (part,) = convert.render("a\r```\rx\r```\rtail")
+    assert part.text == "a\nx\ntail"
+    assert _kinds(part) == [("pre", "x")]
+    (crlf,) = convert.render("line\r\n\r\n**bold**\r\n")
+    assert crlf.text == "line\n\nbold"
+
+
+def test_text_of_astral_characters_is_cut_between_words() -> None:
+    """The core splits by characters; a part of astral characters (two UTF-16 units each)
+    is cut again to Telegram's 4096 units, at a space, not inside a word."""
+    word = "\N{MATHEMATICAL BOLD SMALL W}\N{MATHEMATICAL BOLD SMALL O}" * 3
+    parts = convert.render(" ".join([word] * 580))
+    assert len(parts) == 2
+    for p in parts:
+        assert convert.utf16_len(p.text) <= convert.MAX_MESSAGE
+        assert all(w == word for w in p.text.split()), p.text[-20:]
+    assert [w for p in parts for w in p.text.split()] == [word] * 580
+    assert convert.split_plain("ab " * 10, 8) == ["ab ab ", "ab ab ", "ab ab ", "ab ab ", "ab ab "]
