@@ -3,18 +3,61 @@
 markdown-it-py parses the answer (rather than hand-rolled fence counting) and gives each
 top-level block its source lines, so parts are cut at paragraph, list or code-block
 boundaries; a code block longer than a whole message is split into several fenced blocks,
-each closed and reopened with the same fence and language, never cut open. A list or quote
-longer than a message is cut between its lines; a code block inside it that a cut falls in
-is closed before the cut and reopened after it with its own indentation or quote marks.
+each closed and reopened with the same fence and language, never cut open. A table longer
+than a message repeats its header rows at the top of each part, or the rows that follow
+would read as bare text.
+
+A list or quote longer than a message is cut between its lines. A part is read on its own,
+so its start must mean what it meant in place: a code block a cut falls in is closed before
+the cut and reopened after it as a real fence (indented four spaces it would be an indented
+code block showing its backticks), keeping only the quote marks; an item nested in a list
+gets its ancestors back as ``…`` items, or it would read as a top-level item.
+
+A paragraph longer than a message is cut at a space outside links, emphasis, code spans and
+HTML tags (a cut inside one shows its markers as text on both sides), and never before text
+that would start a list, heading or quote at the top of the next part; a hard cut is left
+for a span longer than a whole message.
+
+:func:`code_span` and :func:`fence_for` wrap text the gateway shows verbatim (a tool's name,
+a preview of what a tool will do) so that its own backticks cannot close the wrapper.
 """
 
 from __future__ import annotations
 
+import bisect
+import re
 from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
 
-_md = MarkdownIt("commonmark")
+_md = MarkdownIt("commonmark").enable("table")
+
+_CONTAINERS = frozenset({"bullet_list_open", "ordered_list_open", "blockquote_open"})
+_QUOTES = re.compile(r"(?:[ ]{0,3}>[ ]?)*")
+_ITEM_MARK = re.compile(r"((?:[ ]{0,3}>[ ]?)*)([ ]*(?:[-+*]|[0-9]{1,9}[.)]))(?=[ ]|$)")
+_CONT = re.compile(r"((?:[ ]{0,3}>[ ]?)*)([ ]*(?:(?:[-+*]|[0-9]{1,9}[.)])(?:[ ]+|$))?)")
+# what would start a block of its own at the top of a part (not a paragraph's text)
+_BLOCK_START = re.compile(
+    r"(?:[-+*](?:[ \t]|$)|#{1,6}(?:[ \t]|$)|>|[0-9]{1,9}[.)](?:[ \t]|$)|`{3}|~{3}|=+[ \t]*$"
+    r"|-+[ \t]*$|<|\|)"
+)
+_TAG = re.compile(r"<[A-Za-z/!?][^<>]{0,2000}>")
+_BACKTICKS = re.compile(r"`+")
+
+
+def code_span(text: str) -> str:
+    """``text`` as an inline code span whose own backticks cannot end it (CommonMark: a span
+    ends at a run of exactly as many backticks as opened it)."""
+    text = " ".join(str(text).splitlines()) or " "
+    ticks = "`" * (max((len(r) for r in _BACKTICKS.findall(text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def fence_for(text: str) -> str:
+    """A backtick fence longer than any backtick run in ``text`` (at least three), so no line
+    of it can close the block (a closing fence is at least as long as the opening one)."""
+    return "`" * max(3, max((len(r) for r in _BACKTICKS.findall(text)), default=0) + 1)
 
 
 @dataclass(frozen=True)
@@ -28,18 +71,29 @@ class _Fence:
 
 
 @dataclass(frozen=True)
+class _Item:
+    """A list item inside a list or quote: its lines, and how its marker line begins."""
+
+    start: int
+    end: int
+    stub: str  # its quote marks, indentation and marker, followed by an ellipsis
+
+
+@dataclass(frozen=True)
 class _Block:
     source: str
-    is_fence: bool = False
+    kind: str = "text"  # fence, container, table, code or text
     info: str = ""
     fences: tuple[_Fence, ...] = ()  # code blocks nested inside it
+    items: tuple[_Item, ...] = ()  # list items nested inside it
 
 
 def _blocks(text: str) -> list[_Block]:
-    """Top-level blocks, each with the code blocks nested in it."""
+    """Top-level blocks, each with the code blocks and list items nested in it."""
     lines = text.split("\n")
     tokens = _md.parse(text)
     nested = [t for t in tokens if t.type == "fence" and t.level > 0 and t.map is not None]
+    list_items = [t for t in tokens if t.type == "list_item_open" and t.map is not None]
     blocks: list[_Block] = []
     last_end = 0
     for tok in tokens:
@@ -54,14 +108,28 @@ def _blocks(text: str) -> list[_Block]:
                 blocks.append(_Block(gap))
         source = "\n".join(lines[start:end])
         if tok.type == "fence":
-            blocks.append(_Block(source, True, tok.info))
-        else:
+            blocks.append(_Block(source, "fence", tok.info))
+        elif tok.type in _CONTAINERS:
             fences = tuple(
                 _Fence(f.map[0] - start, f.map[1] - start, f.markup, f.info)
                 for f in nested
                 if f.map is not None and start <= f.map[0] and f.map[1] <= end
             )
-            blocks.append(_Block(source, fences=fences))
+            items = []
+            for t in list_items:
+                if t.map is None or not (start <= t.map[0] and t.map[1] <= end):
+                    continue
+                mark = _ITEM_MARK.match(lines[t.map[0]])
+                if mark:
+                    stub = mark.group(1) + mark.group(2) + " …"
+                    items.append(_Item(t.map[0] - start, t.map[1] - start, stub))
+            blocks.append(_Block(source, "container", fences=fences, items=tuple(items)))
+        elif tok.type == "table_open":
+            blocks.append(_Block(source, "table"))
+        elif tok.type == "code_block":
+            blocks.append(_Block(source, "code"))
+        else:
+            blocks.append(_Block(source))
         last_end = end
     if last_end < len(lines):
         rest = "\n".join(lines[last_end:])
@@ -70,63 +138,318 @@ def _blocks(text: str) -> list[_Block]:
     return blocks
 
 
-def _split_container(block: _Block, limit: int) -> list[str]:
-    """A list or quote longer than ``limit``, cut between its lines.
+# -- inline spans -----------------------------------------------------------------------------
 
-    A cut inside a nested code block closes it at the end of the part and opens it again
-    (same fence, language and indentation or quote prefix) at the start of the next, so no
-    part leaves code open and no code is read as Markdown.
-    """
-    lines = block.source.split("\n")
-    within: dict[int, tuple[str, str]] = {}  # body line -> (closer, reopener)
-    closing: set[int] = set()
-    for f in block.fences:
-        opener = lines[f.start]
-        prefix = opener[: opener.find(f.markup)] if f.markup in opener else ""
-        closer, reopener = prefix + f.markup, prefix + f.markup + f.info
-        last = f.end - 1  # the closing line, when the block is closed
-        closed = last > f.start and lines[last].strip().startswith(f.markup)
-        for i in range(f.start + 1, last if closed else f.end):
-            within[i] = (closer, reopener)
-        if closed:
-            closing.add(last)
-    parts: list[str] = []
-    chunk: list[str] = []
-    size = 0
-    for i, line in enumerate(lines):
-        inside = within.get(i)
-        reserve = len(inside[0]) + 1 if inside else 0
-        room = max(limit - reserve - (len(inside[1]) + 1 if inside else 0), 16)
-        for piece in [line[j : j + room] for j in range(0, len(line), room)] or [""]:
-            fits = size + len(piece) + 1 + reserve <= limit or i in closing
-            if chunk and not fits:
-                if inside:
-                    chunk.append(inside[0])
-                parts.append("\n".join(chunk).rstrip())
-                chunk = [inside[1]] if inside else []
-                size = sum(len(c) + 1 for c in chunk)
-                if not inside:
-                    piece = piece.lstrip(" ")  # a part does not start indented as code
-            chunk.append(piece)
-            size += len(piece) + 1
-    if chunk and "\n".join(chunk).strip():
-        parts.append("\n".join(chunk).rstrip())
-    return parts
+
+def _pairs(text: str, code: list[tuple[int, int]], open_: str, close: str) -> dict[int, int]:
+    """Matching ``open_``/``close`` characters outside code spans and escapes."""
+    found: dict[int, int] = {}
+    stack: list[int] = []
+    k = 0
+    i = 0
+    while i < len(text):
+        while k < len(code) and code[k][1] <= i:
+            k += 1
+        if k < len(code) and code[k][0] <= i:
+            i = code[k][1]
+            continue
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == open_:
+            stack.append(i)
+        elif ch == close and stack:
+            found[stack.pop()] = i
+        i += 1
+    return found
+
+
+def _spans(text: str) -> list[tuple[int, int]]:
+    """Where in ``text`` inline constructs lie (code spans, links, emphasis, HTML tags): a
+    cut inside one of these would show its markers as literal text. Found the way CommonMark
+    reads them, closely enough: a span missed costs a marker shown, one too many a cut
+    placed earlier."""
+    spans: list[tuple[int, int]] = []
+    # code spans first: nothing inside one is markup
+    code: list[tuple[int, int]] = []
+    runs = [(m.start(), m.end()) for m in _BACKTICKS.finditer(text)]
+    j = 0
+    while j < len(runs):
+        start, end = runs[j]
+        if start > 0 and text[start - 1] == "\\":
+            j += 1
+            continue
+        n = end - start
+        close = next((k for k in range(j + 1, len(runs)) if runs[k][1] - runs[k][0] == n), None)
+        if close is None:
+            j += 1
+            continue
+        code.append((start, runs[close][1]))
+        j = close + 1
+    spans += code
+
+    def in_code(pos: int) -> bool:
+        k = bisect.bisect_right(code, (pos, len(text) + 1)) - 1
+        return k >= 0 and code[k][0] <= pos < code[k][1]
+
+    spans += [(m.start(), m.end()) for m in _TAG.finditer(text) if not in_code(m.start())]
+    brackets = _pairs(text, code, "[", "]")
+    parens = _pairs(text, code, "(", ")")
+    for open_, close_ in brackets.items():
+        start = open_ - 1 if open_ > 0 and text[open_ - 1] == "!" else open_
+        end = close_ + 1
+        if end < len(text) and text[end] == "(" and end in parens:
+            end = parens[end] + 1
+        elif end < len(text) and text[end] == "[" and end in brackets:
+            end = brackets[end] + 1
+        spans.append((start, end))
+    # emphasis: a run that can open, up to the next run of the same marker that can close
+    openers: list[tuple[str, int, int]] = []
+    for m in re.finditer(r"\*+|_+|~+", text):
+        start, end = m.start(), m.end()
+        if in_code(start) or (start > 0 and text[start - 1] == "\\"):
+            continue
+        before = text[start - 1] if start > 0 else " "
+        after = text[end] if end < len(text) else " "
+        marker = text[start]
+        can_open = not after.isspace()
+        can_close = not before.isspace()
+        if marker == "_":
+            can_open = can_open and not before.isalnum()
+            can_close = can_close and not after.isalnum()
+        if can_close:
+            for k in range(len(openers) - 1, -1, -1):
+                if openers[k][0] == marker and openers[k][2] - openers[k][1] == end - start:
+                    spans.append((openers[k][1], end))
+                    del openers[k:]
+                    can_open = False
+                    break
+        if can_open:
+            openers.append((marker, start, end))
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _inside(spans: list[tuple[int, int]], starts: list[int], pos: int) -> bool:
+    k = bisect.bisect_right(starts, pos) - 1
+    return k >= 0 and spans[k][0] < pos < spans[k][1]
+
+
+def _cut(text: str, base: int, limit: int, spans: list[tuple[int, int]], starts: list[int]) -> int:
+    """Where to cut ``text[base:]`` so the part before is at most ``limit`` characters: a
+    line break in the second half, else the last space, all outside inline spans and not
+    before a block start; else the last space at all (a span longer than a message); else
+    ``limit`` characters in."""
+    top = min(base + limit, len(text) - 1)
+    head = text[base : top + 1]
+    first = base + len(head) - len(head.lstrip())  # no cut before the part has text
+    best = -1
+    any_space = -1
+    for p in range(top, first, -1):
+        if text[p] not in " \n":
+            continue
+        if any_space < 0:
+            any_space = p
+        if best >= 0 and p - base < limit // 2:
+            break  # no line break in the second half: the last space it is
+        if _inside(spans, starts, p):
+            continue
+        rest = text[p : p + 64].lstrip(" \n")[:16]
+        if not rest or _BLOCK_START.match(rest):
+            continue
+        if text[p] == "\n" and p - base >= limit // 2:
+            return p
+        if best < 0:
+            best = p
+    if best >= 0:
+        return best
+    if any_space > base:
+        return any_space
+    return base + limit
 
 
 def _hard_split(text: str, limit: int) -> list[str]:
-    """Split plain text at the last newline or space before ``limit``."""
+    """Split a paragraph (or other run of text) at spaces or line breaks outside inline
+    spans, each part at most ``limit`` characters."""
+    spans = _spans(text)
+    starts = [s for s, _ in spans]
     parts = []
-    while len(text) > limit:
-        cut = text.rfind("\n", 0, limit)
-        if cut < limit // 2:
-            cut = text.rfind(" ", 0, limit)
-        if cut < limit // 2:
-            cut = limit
-        parts.append(text[:cut].rstrip())
-        text = text[cut:].lstrip("\n ")
-    if text:
-        parts.append(text)
+    base = 0
+    while len(text) - base > limit:
+        cut = _cut(text, base, limit, spans, starts)
+        piece = text[base:cut].rstrip()
+        if piece:
+            parts.append(piece)
+        base = cut
+        while base < len(text) and text[base] in " \n":
+            base += 1
+    if text[base:].strip():
+        parts.append(text[base:])
+    return parts
+
+
+# -- blocks -----------------------------------------------------------------------------------
+
+
+def _split_lines(source: str, limit: int, head: list[str] | None = None) -> list[str]:
+    """Whole lines packed into parts, each starting with ``head`` (a table's header rows);
+    lines are kept as they are (an indented code block keeps its indentation)."""
+    head = head or []
+    room = limit - sum(len(h) + 1 for h in head)
+    parts: list[str] = []
+    chunk: list[str] = []
+    size = 0
+    for line in source.split("\n"):
+        pieces = [line] if len(line) <= room else _hard_split(line, room)
+        for piece in pieces:
+            if chunk and size + len(piece) + 1 > room:
+                parts.append("\n".join([*head, *chunk]).rstrip())
+                chunk, size = [], 0
+            if not chunk and not piece.strip():
+                continue
+            chunk.append(piece)
+            size += len(piece) + 1
+    if chunk:
+        parts.append("\n".join([*head, *chunk]).rstrip())
+    return parts
+
+
+def _split_table(source: str, limit: int) -> list[str]:
+    """A table cut between its rows, its header and separator rows repeated on each part."""
+    lines = source.split("\n")
+    head = lines[:2]
+    if len(lines) < 3 or sum(len(h) + 1 for h in head) > limit // 2:
+        return _split_lines(source, limit)
+    return _split_lines("\n".join(lines[2:]), limit, head)
+
+
+@dataclass(frozen=True)
+class _FenceForm:
+    """How a nested code block's lines are written in place and when reopened on a part
+    of its own (only its quote marks kept: indented four spaces it would not be a fence)."""
+
+    quotes: str
+    indent: int
+    markup: str
+    info: str
+
+    @property
+    def nested(self) -> str:
+        return self.quotes + " " * self.indent
+
+    def content(self, line: str) -> str:
+        """A line of the block without its quote marks and indentation."""
+        n = self.quotes.count(">")
+        m = re.match(rf"(?:[ ]{{0,3}}>[ ]?){{{n}}}", line) if n else None
+        rest = line[m.end() :] if m else line
+        strip = len(rest) - len(rest.lstrip(" "))
+        return rest[min(strip, self.indent) :]
+
+
+def _form(lines: list[str], f: _Fence) -> _FenceForm:
+    opener = lines[f.start]
+    at = opener.find(f.markup)
+    prefix = opener[:at] if at >= 0 else ""
+    quotes = _QUOTES.match(prefix)
+    q = quotes.group(0) if quotes else ""
+    return _FenceForm(q, len(prefix) - len(q), f.markup, f.info)
+
+
+def _split_container(block: _Block, limit: int) -> list[str]:
+    """A list or quote longer than ``limit``, cut between its lines.
+
+    A cut inside a nested code block closes it at the end of the part and reopens it at the
+    start of the next as a fence with only its quote marks (its lines de-indented alike)
+    until it closes. A part that starts inside a nested list item (or goes on after such a
+    reopened block) first gets the item's ancestors as ``…`` items, so it keeps its depth.
+    """
+    lines = block.source.split("\n")
+    role: dict[int, tuple[bool, _Fence, _FenceForm]] = {}  # line -> (is the closer, ...)
+    for f in block.fences:
+        form = _form(lines, f)
+        last = f.end - 1
+        closer = form.content(lines[last]).strip() if last > f.start else ""
+        closed = bool(re.fullmatch(re.escape(f.markup[0]) + f"{{{len(f.markup)},}}", closer))
+        for i in range(f.start + 1, f.end):
+            role[i] = (closed and i == last, f, form)
+
+    def stubs(i: int, own: bool) -> list[str]:
+        return [
+            it.stub
+            for it in block.items
+            if (it.start < i or (own and it.start == i)) and i < it.end
+        ]
+
+    parts: list[str] = []
+    chunk: list[str] = []
+    size = 0
+    flat: _Fence | None = None  # the code block this part reopened de-indented
+    fresh = False  # the next line begins a context of its own (after such a block)
+
+    def push() -> None:
+        nonlocal chunk, size
+        if "\n".join(chunk).strip():
+            parts.append("\n".join(chunk).rstrip())
+        chunk, size = [], 0
+
+    def add(line: str) -> None:
+        nonlocal size
+        chunk.append(line)
+        size += len(line) + 1
+
+    for i, line in enumerate(lines):
+        fence = role.get(i)
+        if fence is not None:
+            is_closer, f, form = fence
+            prefix = form.quotes if flat is f else form.nested
+            body = form.content(line)
+            if is_closer:  # room for it was kept
+                add(prefix + body.strip())
+                if flat is f:
+                    flat, fresh = None, True
+                continue
+            reserve = len(form.nested) + len(f.markup) + 1
+            reopen = form.quotes + f.markup + f.info
+            room = max(limit - reserve - len(reopen) - len(form.nested) - 2, 16)
+            for piece in [body[j : j + room] for j in range(0, len(body), room)] or [""]:
+                if chunk and size + len(prefix) + len(piece) + 1 + reserve > limit:
+                    add(prefix + f.markup)
+                    push()
+                    flat, prefix = f, form.quotes
+                    add(reopen)
+                add(prefix + piece)
+            continue
+        if not line.strip():
+            if chunk:
+                add(line)
+            continue
+        cont = _CONT.match(line)
+        cont_prefix = (cont.group(1) + " " * len(cont.group(2))) if cont else ""
+        context = sum(len(s) + 1 for s in stubs(i, True))
+        room = max(limit - context - len(cont_prefix) - 1, 16)
+        pieces = [line] if len(line) <= room else _hard_split(line, room)
+        for k, piece in enumerate(pieces):
+            text = piece if k == 0 else cont_prefix + piece.lstrip(" ")
+            if chunk and size + len(text) + 1 > limit:
+                push()
+            if not chunk or fresh:
+                lead = stubs(i, k > 0)
+                if not lead:
+                    text = text.lstrip(" ")
+                if chunk and size + len(text) + 1 + sum(len(s) + 1 for s in lead) > limit:
+                    push()
+                for s in lead:
+                    add(s)
+                fresh = False
+            add(text)
+    push()
     return parts
 
 
@@ -165,10 +488,14 @@ def split_markdown(text: str, limit: int) -> list[str]:
         source = block.source
         if len(source) <= limit:
             pieces = [source]
-        elif block.is_fence:
+        elif block.kind == "fence":
             pieces = _split_fence(source, block.info, limit)
-        elif block.fences:
+        elif block.kind == "container":
             pieces = _split_container(block, limit)
+        elif block.kind == "table":
+            pieces = _split_table(source, limit)
+        elif block.kind == "code":
+            pieces = _split_lines(source, limit)
         else:
             pieces = _hard_split(source, limit)
         for piece in pieces:

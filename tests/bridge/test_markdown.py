@@ -47,7 +47,7 @@ def test_a_code_block_in_a_list_item_is_closed_and_reopened_at_a_cut() -> None:
         + "\n   ```\n2. Run it."
     )
     parts = check(text, 1500, code)
-    assert parts[1].startswith("   ```python\n"), parts[1][:40]  # its language kept
+    assert parts[1].startswith("```python\n"), parts[1][:40]  # its language kept, a fence
     assert "2. Run it." in parts[-1]
 
 
@@ -62,3 +62,84 @@ def test_long_top_level_code_and_prose_still_split_as_before() -> None:
     code = [f"print({i})" for i in range(600)]
     text = "Intro paragraph.\n\n```python\n" + "\n".join(code) + "\n```\n\n" + "word " * 900
     check(text, 2000, code)
+
+
+def test_a_code_block_in_a_nested_list_reopens_as_a_real_fence() -> None:
+    code = [f"x = {i}  # <tag> & `b` *s*" for i in range(400)]
+    text = "- a\n  - b\n    ```py\n" + "\n".join(f"    {c}" for c in code) + "\n    ```\n  - c"
+    parts = check(text, 3484, code)  # every line is still code: none reads as a paragraph
+    for part in parts[1:]:
+        assert part.startswith("```py\n"), part[:40]  # a fence, not indented code
+        assert not part.split("\n")[1].startswith(" "), part[:60]  # body de-indented alike
+    # the item after the block keeps its depth: nested under an item, not top level
+    tail = md.parse(parts[-1][parts[-1].rindex("```") + 3 :])
+    assert [t.type for t in tail if t.type == "bullet_list_open"] == ["bullet_list_open"] * 2
+
+
+def test_a_code_block_in_a_quoted_list_reopens_inside_the_quote() -> None:
+    code = [f"line {i}: " + "y" * 40 for i in range(80)]
+    text = "> - item\n>   ```sh\n" + "\n".join(f">   {c}" for c in code) + "\n>   ```"
+    parts = check(text, 1200, code)
+    assert all(p.startswith(">") for p in parts)
+    assert all(p.startswith("> ```sh\n") for p in parts[1:]), [p[:20] for p in parts]
+
+
+def test_a_nested_item_at_the_start_of_a_part_keeps_its_depth() -> None:
+    text = "\n".join(f"- item {i}\n  - sub {i} with `code`\n    1. deep {i}" for i in range(400))
+    for part in split_markdown(text, 3484):
+        first = part.split("\n")[0]
+        assert first.startswith(("- ", "1. ")), first  # never indented code, never orphaned
+        if not first.startswith("- item"):  # an ancestor stands in for the item cut off
+            assert first == "- …", part[:60]
+            assert any(t.type == "bullet_list_open" and t.level > 0 for t in md.parse(part))
+
+
+def test_a_long_paragraph_is_not_cut_inside_a_link_bold_or_code() -> None:
+    for span in (
+        "[the documentation page for this](https://example.com/docs)",
+        "**the documentation page for this**",
+        "`the documentation page for this`",
+    ):
+        text = "word " * 694 + "see " + span + " " + "tail " * 200
+        parts = split_markdown(text, 3484)
+        assert len(parts) == 2
+        assert all(len(p) <= 3484 for p in parts)
+        assert span in parts[0] or span in parts[1], [p[-60:] for p in parts]
+        assert " ".join(parts).split() == text.split()
+
+
+def test_a_span_longer_than_a_part_is_still_cut() -> None:
+    text = "**" + "bold words " * 2000 + "**"
+    parts = split_markdown(text, 3484)
+    assert all(len(p) <= 3484 for p in parts) and len(parts) > 1
+    assert " ".join(parts).split() == text.split()
+
+
+def test_a_long_paragraph_is_not_cut_where_the_next_part_would_start_a_list() -> None:
+    text = ("word " * 693 + "a - b ") + "tail " * 300
+    for part in split_markdown(text, 3484):
+        assert not part.startswith(("- ", "+ ", "* ", "#", ">")), part[:20]
+
+
+def test_a_long_table_repeats_its_header_on_every_part() -> None:
+    head = "| name | value |\n|---|---|"
+    text = head + "\n" + "\n".join(f"| row {i} | value {i} |" for i in range(800))
+    parts = split_markdown(text, 3484)
+    assert len(parts) > 1 and all(len(p) <= 3484 for p in parts)
+    assert all(p.startswith(head + "\n| row ") for p in parts), [p[:40] for p in parts]
+    rows = [line for p in parts for line in p.split("\n")[2:]]
+    assert rows == text.split("\n")[2:]
+
+
+def test_a_long_indented_code_block_keeps_its_indentation() -> None:
+    code = [f"code line {i} <x>" for i in range(700)]
+    text = "intro\n\n" + "\n".join(f"    {c}" for c in code)
+    parts = split_markdown(text, 3484)
+    found = [
+        line
+        for p in parts
+        for t in md.parse(p)
+        if t.type == "code_block"
+        for line in t.content.splitlines()
+    ]
+    assert found == code
