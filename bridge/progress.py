@@ -3,7 +3,8 @@
 The status line says what the agent is doing (tools used, sub-agents, rounds, elapsed)
 without the chatter of every event; the surface shows it as an edited bubble, or, where it
 can't edit, as an occasional "still working" line. The summary closes the turn: tools,
-tokens, and the cost or "price unavailable".
+tokens, and the cost or "price unavailable". Tool names are the runner's, shown as code: a
+name such as ``*glob*`` reads as itself, not as Markdown.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .markdown import code_span
 from .runner import RunnerEvent, RunResult
 
 TOOL_START = frozenset({"tool_execution_start", "tool_call"})
@@ -71,7 +73,8 @@ class ProgressState:
         if not total:
             return ""
         names = ", ".join(
-            f"{name} x{n}" if n > 1 else name for name, n in self.tools.most_common(4)
+            f"{code_span(name)} x{n}" if n > 1 else code_span(name)
+            for name, n in self.tools.most_common(4)
         )
         more = " …" if len(self.tools) > 4 else ""
         return f"{total} tool{'s' if total != 1 else ''} ({names}{more})"

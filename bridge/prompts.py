@@ -5,7 +5,8 @@ Telegram's 64-byte ``callback_data``); a progress bubble's Stop is ``<run's toke
 :func:`issued` tells that shape from other data on a button, so a press on a button of a
 run that is over settles only messages the gateway itself posted. Surfaces without
 buttons show the same choices numbered. A secret is never collected in a shared chat: the
-runner is told ``unavailable: shared-chat`` at once.
+runner is told ``unavailable: shared-chat`` at once. An approval shows exactly what will run:
+the tool's name and the preview are wrapped in code that their own backticks cannot close.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .markdown import code_span, fence_for
 from .model import Choice, Outgoing, ReplyKind
 from .store import PromptRecord
 
@@ -90,11 +92,13 @@ def message_for(record: PromptRecord, *, others_pending: int, buttons: bool) -> 
     choices: list[tuple[str, str, str]] = []
     if record.kind == "approval":
         tool = p.get("toolName") or p.get("tool") or "a tool"
-        lines = [f"**Approval needed** for `{tool}` (asked by {who})"]
+        lines = [f"**Approval needed** for {code_span(tool)} (asked by {who})"]
         if p.get("message"):
             lines.append(_clip(p["message"]))
         if p.get("preview"):
-            lines.append(f"```\n{_clip(p['preview'], 2500)}\n```")
+            preview = _clip(p["preview"], 2500)
+            fence = fence_for(preview)  # the preview's own fences cannot close it early
+            lines.append(f"{fence}\n{preview}\n{fence}")
         choices = [(APPROVE, "Approve", "primary"), (REJECT, "Reject", "danger")]
         if others_pending:
             choices += [
@@ -192,7 +196,7 @@ def resolved_text(record: PromptRecord, code: str, actor_name: str, text: str | 
     if record.kind == "approval":
         tool = p.get("toolName") or "a tool"
         verdict = "Approved" if code in (APPROVE, APPROVE_ALL) else "Rejected"
-        return f"{verdict} `{tool}` ({actor_name})"
+        return f"{verdict} {code_span(tool)} ({actor_name})"
     if record.kind == "input":
         if text is not None:
             return f"Answered by {actor_name}"
