@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -122,10 +123,33 @@ def _plain(text: str, limit: int = 3000) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# <!channel>, <!here>, <!everyone>, <!group>, <!subteam^…>: each notifies many people
+_SPECIAL_MENTION = re.compile(r"<(?=!(?:channel|here|everyone|group|subteam\^))", re.IGNORECASE)
+_ENTITY_TAIL = re.compile(r"&[a-z]{0,3}$")
+
+
+def _mrkdwn(text: str, limit: int = 3000) -> str:
+    """Agent text for a mrkdwn ``text`` field: ``&``, ``<`` and ``>`` escaped as Slack's
+    formatting reference asks, so none of it is read as a mention or link (``<!channel>``
+    would notify the whole channel); clipped without cutting an entity in half."""
+    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    if len(escaped) <= limit:
+        return escaped
+    return _ENTITY_TAIL.sub("", escaped[: limit - 1]) + "…"
+
+
+def _markdown(text: str) -> str:
+    """Agent text for ``markdown_text`` or a markdown block. Slack does not document how
+    these treat ``<!channel>`` and the like, nor any escape for them (HTML entities would
+    show as typed), so a zero-width joiner (U+200D) goes between ``<`` and ``!`` where one would
+    form: the text reads the same and notifies nobody."""
+    return _SPECIAL_MENTION.sub("<\u200d", text)
+
+
 def blocks_for(message: Outgoing) -> list[dict[str, Any]]:
     """A markdown block with the text, then the choices as buttons (if any)."""
     blocks: list[dict[str, Any]] = [
-        {"type": "markdown", "text": _plain(message.text or " ", MARKDOWN_BLOCK_MAX)}
+        {"type": "markdown", "text": _plain(_markdown(message.text or " "), MARKDOWN_BLOCK_MAX)}
     ]
     buttons: list[dict[str, Any]] = []
     for i, choice in enumerate(message.choices):
@@ -368,9 +392,9 @@ class SlackSurface:
             kwargs["thread_ts"] = thread_ts
         if message.choices or message.kind is ReplyKind.PROMPT:
             kwargs["blocks"] = blocks_for(message)
-            kwargs["text"] = _plain(message.text or " ")
+            kwargs["text"] = _mrkdwn(message.text or " ")
         else:
-            kwargs["markdown_text"] = message.text or " "
+            kwargs["markdown_text"] = _markdown(message.text or " ")
         team = team_of(target)
         self._gate("chat.postMessage", team)
         try:
@@ -465,7 +489,7 @@ class SlackSurface:
                 await self.client.chat_update(
                     channel=channel,
                     ts=ts,
-                    text=_plain(message.text or " "),
+                    text=_mrkdwn(message.text or " "),
                     blocks=blocks_for(message),
                 )
             except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:

@@ -1,0 +1,57 @@
+"""What the Slack surface puts in a message's text: agent text never notifies a channel."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from adapters.slack.surface import SlackSurface, blocks_for
+from bridge.model import Choice, Outgoing, ReplyKind, ReplyTarget
+
+AGENT = "**done** <!channel> <!here|here> <!everyone> <!subteam^S123> a < b & c > d <@U1>"
+
+
+class Client:
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    async def chat_postMessage(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(kwargs)
+        return {"ts": "1.2"}
+
+
+def specials(text: str) -> list[str]:
+    return [k for k in ("<!channel", "<!here", "<!everyone", "<!subteam") if k in text]
+
+
+@pytest.mark.parametrize("kind", [ReplyKind.ANSWER, ReplyKind.PROMPT])
+async def test_agent_text_cannot_notify_a_channel(kind: ReplyKind) -> None:
+    client = Client()
+    surface = SlackSurface(client, "xoxb-t", api_url="https://slack.com/api/", max_file_bytes=1)
+    target = ReplyTarget(surface="slack", thread_key="slack:T1:C1", context={"channel": "C1"})
+    choices = (Choice(token="t.y", label="Approve", style="primary"),)
+    message = Outgoing(kind=kind, text=AGENT, choices=choices if kind is ReplyKind.PROMPT else ())
+    await surface.send(target, message, reply_key="k")
+    sent = client.calls[0]
+    if "text" in sent:  # mrkdwn: &, < and > escaped, as Slack's formatting reference asks
+        assert sent["text"] == (
+            "**done** &lt;!channel&gt; &lt;!here|here&gt; &lt;!everyone&gt; "
+            "&lt;!subteam^S123&gt; a &lt; b &amp; c &gt; d &lt;@U1&gt;"
+        )
+    for markdown in [sent.get("markdown_text")] + [
+        b["text"] for b in sent.get("blocks") or [] if b["type"] == "markdown"
+    ]:
+        if markdown is not None:
+            assert specials(markdown) == [], markdown
+            assert markdown.replace("\u200d", "") == AGENT  # reads the same
+
+
+def test_a_clipped_text_does_not_end_in_half_an_entity() -> None:
+    from adapters.slack.surface import _mrkdwn
+
+    text = _mrkdwn("x" * 2996 + "&&&&", 3000)
+    assert len(text) <= 3000 and text.endswith("…")
+    assert re.fullmatch(r"(?:x|&amp;)*…", text), text[-10:]
+    assert blocks_for(Outgoing(kind=ReplyKind.ANSWER, text="<!here>"))[0]["text"] != "<!here>"
