@@ -479,7 +479,8 @@ def split_markdown(text: str, limit: int) -> list[str]:
     """Parts of at most ``limit`` characters, cut between blocks, code blocks kept whole."""
     if limit < 64:
         raise ValueError("limit must be at least 64 characters")
-    text = text.strip("\n")
+    # one kind of line break: markdown-it also breaks lines at a lone "\r", str.split won't
+    text = text.replace("\r\n", "\n").replace("\r", "\n").strip("\n")
     if len(text) <= limit:
         return [text] if text else []
     parts: list[str] = []

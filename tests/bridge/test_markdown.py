@@ -143,3 +143,14 @@ def test_a_long_indented_code_block_keeps_its_indentation() -> None:
         for line in t.content.splitlines()
     ]
     assert found == code
+
+
+def test_any_line_break_is_a_line_break() -> None:
+    """CRLF and lone CR (old Mac, some tools' output) split like LF, nothing lost."""
+    body = "w " * 2000
+    for newline in ("\r\n", "\r"):
+        text = newline.join(["a", "b", "- x", "", body])  # a list, then a long paragraph
+        parts = split_markdown(text, 3484)
+        assert all(len(p) <= 3484 for p in parts)
+        assert "".join(parts).replace("\n", "").replace(" ", "") == ("ab-x" + body.replace(" ", ""))
+        assert "\r" not in "".join(parts)
