@@ -8,6 +8,11 @@ request may have gone through) is first looked up on a surface that can tell
 (``Capabilities.confirm_delivery``, :class:`~bridge.ports.ConfirmsDelivery`): found, it is
 marked sent with that reference and not sent again (exactly once); elsewhere it is sent
 again (at least once). Retries are counted as ``sending``.
+A reply's state is recorded through the shared :class:`~bridge.store.StoreRetry`: a
+store that cannot write for a while (a full disk) is waited out while the conversation's
+later replies wait behind this one, so none overtakes another, none is stranded and none
+that went out is sent again; only a gateway that stops meanwhile leaves the mark unwritten
+(the next start then sends it in doubt, as above).
 Transient failures are retried with backoff (honouring a platform's retry-after); a
 permanent one is recorded as failed and logged, never silently dropped. A rate limit (a
 failure carrying a retry-after) is a refusal, not a failed attempt: nothing was posted, so
@@ -18,6 +23,7 @@ waited out for up to ``MAX_RATE_LIMITED_S`` in all.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -29,7 +35,7 @@ from .files import read_in_home
 from .metrics import Metrics
 from .model import Outgoing, ReplyKind, ReplyState
 from .ports import ConfirmsDelivery, DeliveryError, Surface
-from .store import ReplyRecord, Store
+from .store import ReplyRecord, Store, StoreRetry
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +52,10 @@ class Deliverer:
         surfaces: Mapping[str, Surface],
         metrics: Metrics,
         home_path: Callable[[int], Path | None],
+        retry: StoreRetry | None = None,
     ) -> None:
         self.store = store
+        self.retry = retry or StoreRetry()
         self.surfaces = surfaces
         self.metrics = metrics
         self.home_path = home_path
@@ -108,7 +116,7 @@ class Deliverer:
         while True:
             attempt += 1
             if retrying:  # a retry: count it (a first attempt costs no extra write)
-                await self.store.mark_reply(rec.id, ReplyState.SENDING)
+                await self._mark(rec, ReplyState.SENDING)
             retrying = True
             was_in_doubt = doubt
             try:
@@ -118,7 +126,7 @@ class Deliverer:
                     found = await self._landed(surface, rec, last=attempt >= MAX_ATTEMPTS)
                 if found is not None:
                     log.info("reply %d had landed before (%s): not sent again", rec.id, found)
-                    await self.store.mark_reply(rec.id, ReplyState.SENT, platform_ref=found)
+                    await self._mark(rec, ReplyState.SENT, platform_ref=found)
                     self.metrics.replies.labels(rec.target.surface, "confirmed").inc()
                     return True
                 doubt = True  # from here on, a failed attempt may have landed
@@ -145,11 +153,11 @@ class Deliverer:
                     return False
                 delay = min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
             else:
-                await self.store.mark_reply(rec.id, ReplyState.SENT, platform_ref=ref)
+                await self._mark(rec, ReplyState.SENT, platform_ref=ref)
                 self.metrics.replies.labels(rec.target.surface, "sent").inc()
                 return True
             if self.closing:
-                await self.store.mark_reply(rec.id, ReplyState.PENDING)
+                await self._mark(rec, ReplyState.PENDING)
                 return False
             log.info("reply %d: retrying in %.1fs (attempt %d)", rec.id, delay, attempt)
             self.metrics.replies.labels(rec.target.surface, "retried").inc()
@@ -170,10 +178,24 @@ class Deliverer:
             )
             return None
 
+    async def _mark(
+        self,
+        rec: ReplyRecord,
+        state: ReplyState,
+        *,
+        platform_ref: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Record a reply's state; a store error never escapes (see the module docstring)."""
+        mark = functools.partial(
+            self.store.mark_reply, rec.id, state, platform_ref=platform_ref, error=error
+        )
+        await self.retry.run(mark, f"reply {rec.id} to {rec.target.thread_key} ({state.value})")
+
     async def _failed(self, rec: ReplyRecord, error: str) -> None:
         log.error("reply %d to %s could not be delivered: %s", rec.id, rec.target.thread_key, error)
         self.metrics.replies.labels(rec.target.surface, "failed").inc()
-        await self.store.mark_reply(rec.id, ReplyState.FAILED, error=error)
+        await self._mark(rec, ReplyState.FAILED, error=error)
 
     async def _send(self, surface: Surface, rec: ReplyRecord) -> str:
         out = rec.outgoing

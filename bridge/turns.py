@@ -5,20 +5,23 @@ the platform after it). Commands are answered at once; other messages wait FIFO 
 their conversation's run, within a bound, and behind a global cap on runs in flight. A run
 starts as the conversation's account; its events become progress and prompts; its outcome
 and replies are recorded in one transaction and then delivered. At start, messages that
-never ran are run, runs that died with the process get one "interrupted" reply, and
-undelivered replies are delivered.
+never ran are run, runs that died with the process get one "interrupted" reply (in the
+same transaction that closes them), a message found finished with no reply gets one too,
+and undelivered replies are delivered. A store that cannot write (a full disk) is waited
+out by one shared :class:`~bridge.store.StoreRetry` wherever an answer is owed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 import os
 import secrets
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +62,7 @@ from .store import (
     RunOutcome,
     Store,
     StoreError,
+    StoreRetry,
 )
 
 log = logging.getLogger(__name__)
@@ -67,8 +71,6 @@ INTERRUPTED_TEXT = (
     "⚠️ Your message was interrupted before it was answered (the gateway stopped or "
     "restarted). Please send it again."
 )
-FINISH_RETRY_FIRST_S = 0.5  # recording a run's outcome failed (disk full): first pause
-FINISH_RETRY_MAX_S = 5.0  # the longest pause between tries
 RUN_OVER_TOAST = "This run has already ended."
 RUN_OVER_TEXT = "⏹️ This run has ended."  # a bubble pressed after its run (its Stop gone)
 SHUTDOWN_TEXT = (
@@ -123,7 +125,10 @@ class Engine:
         self.backend = backend
         self.metrics = metrics
         self.surfaces = dict(surfaces)
-        self.deliverer = Deliverer(store, self.surfaces, metrics, self._home_path)
+        # one retry for every write an acknowledged message is owed (a full disk is waited
+        # out); stopping ends its pauses and its retrying
+        self._retry = StoreRetry()
+        self.deliverer = Deliverer(store, self.surfaces, metrics, self._home_path, self._retry)
         self._slots: dict[int, ConversationSlot] = {}
         self._home_names: dict[int, str] = {}
         self._runs_sem = asyncio.Semaphore(settings.limits.max_concurrent_runs)
@@ -131,7 +136,6 @@ class Engine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_tokens: dict[str, ActiveRun] = {}
         self.stopping = False
-        self._stopped = asyncio.Event()  # ends a backoff early when the gateway stops
         self.started = False
         self._tag_secret = b""
 
@@ -166,6 +170,14 @@ class Engine:
         for msg in await self.store.messages_in_state(InboxState.RUNNING):
             await self._kill_leftovers(msg)
             interrupted += await self._interrupt(msg, INTERRUPTED_TEXT)
+        # Finished without a reply (an older gateway closed an interrupted run in two
+        # writes and stopped between them): acknowledged, so each still gets one.
+        unanswered = await self.store.unanswered_messages()
+        if unanswered:
+            log.warning("%d message(s) were left with no reply; telling them", len(unanswered))
+            interrupted += await self.store.add_replies(
+                [self._interrupted_reply(msg, INTERRUPTED_TEXT) for msg in unanswered]
+            )
         fresh = {rec.id for rec in interrupted}
         pending = [r for r in await self.store.undelivered_replies() if r.id not in fresh]
         if pending:
@@ -208,29 +220,41 @@ class Engine:
         if left:
             log.error("processes %s of an interrupted run survived SIGKILL", left)
 
+    def _interrupted_reply(self, msg: MessageRecord, text: str) -> NewReply:
+        return self._reply(msg, f"interrupted:{msg.id}", Outgoing(ReplyKind.NOTICE, text))
+
     async def _interrupt(self, msg: MessageRecord, text: str) -> list[ReplyRecord]:
         """Record ``msg`` as interrupted (its run too) with ``text``; the reply to deliver."""
-        for run in await self.store.runs(msg.conversation_id, limit=50):
-            if run.message_id == msg.id and run.outcome is None:
-                outcome = RunOutcome(
-                    ok=False,
-                    exit_code=None,
-                    envelope_code="interrupted",
-                    error="the gateway stopped during the run",
-                )
-                await self.store.finish_run(run.id, outcome, InboxState.INTERRUPTED, [])
-        records = await self.store.complete_message(
-            msg.id,
-            InboxState.INTERRUPTED,
-            [self._reply(msg, f"interrupted:{msg.id}", Outgoing(ReplyKind.NOTICE, text))],
-            error="interrupted",
+        outcome = RunOutcome(
+            ok=False,
+            exit_code=None,
+            envelope_code="interrupted",
+            error="the gateway stopped during the run",
         )
+        reply = self._interrupted_reply(msg, text)
+        return await self._close_running(msg, outcome, InboxState.INTERRUPTED, reply)
+
+    async def _close_running(
+        self, msg: MessageRecord, outcome: RunOutcome, state: InboxState, reply: NewReply
+    ) -> list[ReplyRecord]:
+        """Finish a message left ``running``: its run's outcome, its final state and its one
+        reply in one transaction (a stop between two writes would leave it unanswered)."""
+        runs = [
+            run
+            for run in await self.store.runs(msg.conversation_id, limit=50)
+            if run.message_id == msg.id and run.outcome is None
+        ]
+        if not runs:  # no run of it in flight (not expected): the message alone
+            return await self.store.complete_message(msg.id, state, [reply], error=outcome.error)
+        records = await self.store.finish_run(runs[0].id, outcome, state, [reply])
+        for stale in runs[1:]:  # never more than one; closed after the reply is recorded
+            await self.store.finish_run(stale.id, outcome, state, [])
         return records
 
     async def stop(self) -> None:
         """Stop intake, tell every conversation with a run in flight, stop those runs."""
         self.stopping = True
-        self._stopped.set()
+        self._retry.stop()
         active = [s.active for s in self._slots.values() if s.active is not None]
         for run in active:
             run.shutdown = True
@@ -308,40 +332,49 @@ class Engine:
 
     async def _work(self, conversation_id: int) -> None:
         slot = self._slot(conversation_id)
-        pause = FINISH_RETRY_FIRST_S
         while slot.queue and not self.stopping:
             msg = slot.queue.popleft()
             self.metrics.queue_depth.dec()
             try:
-                await self._turn(slot, msg)
+                # A store error reaches here only before the run's start (the first write
+                # that counts; after it every write is retried where it is made): the
+                # message is still accepted, so the whole turn is tried again once the
+                # store can write. When the gateway stops first, the next start runs it.
+                await self._retry.run(
+                    functools.partial(self._turn, slot, msg),
+                    f"message {msg.id} of {msg.thread_key}",
+                )
             except asyncio.CancelledError:
                 raise
-            except StoreError as exc:
-                # Nothing of the turn was written (its start is the first write that
-                # counts): the message is still accepted, so it goes back to the head of
-                # the queue and is tried again once the store can write (a full disk).
-                log.warning(
-                    "message %d of %s waits: the store cannot write (%s); again in %.1fs",
-                    msg.id,
-                    msg.thread_key,
-                    exc,
-                    pause,
-                )
-                slot.queue.appendleft(msg)
-                self.metrics.queue_depth.inc()
-                await self._pause(pause)
-                pause = min(pause * 2, FINISH_RETRY_MAX_S)
-                continue
-            except Exception:
+            except Exception as exc:
                 log.exception("turn for message %d failed unexpectedly", msg.id)
-            pause = FINISH_RETRY_FIRST_S
+                await self._fail_left_running(msg, exc)
         slot.worker = None
         slot.told = False
 
-    async def _pause(self, seconds: float) -> None:
-        """A backoff that ends early when the gateway stops."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopped.wait(), seconds)
+    async def _fail_left_running(self, msg: MessageRecord, exc: Exception) -> None:
+        """A turn that failed unexpectedly answers a message it left ``running`` as a run
+        the gateway could not start (not left until the next start says "interrupted")."""
+        try:
+            current = await self.store.get_message(msg.id)
+            if current is None or current.state is not InboxState.RUNNING:
+                return
+            result = _gateway_failure(exc, started=False)
+            outcome = RunOutcome(
+                ok=False, exit_code=None, envelope_code=result.code, error=result.error
+            )
+            reply = self._reply(
+                msg, f"error:{msg.id}", Outgoing(ReplyKind.ERROR, _failure_text(result, None))
+            )
+            records = await self._retry.run(
+                functools.partial(self._close_running, msg, outcome, InboxState.FAILED, reply),
+                f"the failed turn of message {msg.id}",
+            )
+        except Exception:
+            log.exception("message %d could not be answered; the next start does", msg.id)
+            return
+        if records is not None:
+            await self.deliverer.deliver(records)
 
     # -- replies ------------------------------------------------------------------------------
 
@@ -367,10 +400,22 @@ class Engine:
     async def _finish_message(
         self, msg: MessageRecord, state: InboxState, key: str, text: str
     ) -> None:
-        records = await self.store.complete_message(
-            msg.id, state, [self._reply(msg, f"{key}:{msg.id}", Outgoing(ReplyKind.NOTICE, text))]
-        )
-        await self.deliverer.deliver(records)
+        """Answer ``msg`` with ``text`` and close it (a command, a refusal), the write retried."""
+        reply = self._reply(msg, f"{key}:{msg.id}", Outgoing(ReplyKind.NOTICE, text))
+        complete = functools.partial(self.store.complete_message, msg.id, state, [reply])
+        await self._deliver_written(complete, f"the answer to message {msg.id}")
+
+    async def _deliver_written(
+        self, write: Callable[[], Awaitable[list[ReplyRecord]]], what: str
+    ) -> None:
+        """Make ``write`` (retried while the store cannot write), then deliver its replies.
+
+        Not written only when the gateway stops first: the message is still accepted then,
+        and the next start answers it.
+        """
+        records = await self._retry.run(write, what)
+        if records is not None:
+            await self.deliverer.deliver(records)
 
     def _home_path(self, conversation_id: int) -> Path | None:
         slot = self._slots.get(conversation_id)
@@ -387,15 +432,30 @@ class Engine:
         if command in (Command.HELP, Command.START):
             text = HELP_TEXT
         elif command is Command.NEW:
-            epoch = await self.store.new_epoch(msg.conversation_id)
-            text = (
-                f"🆕 Started a fresh conversation (#{epoch}): the agent won't remember earlier "
-                "messages. Files in this conversation's home stay."
-            )
-            if slot.active is not None:
-                text += " The run in progress finishes in the old conversation."
+            # the epoch's bump and the answer in one write: a replay at the next start (the
+            # write not made) bumps once, and one already answered is not bumped again
+            running = slot.active is not None
+
+            def answer(epoch: int) -> NewReply:
+                text = (
+                    f"🆕 Started a fresh conversation (#{epoch}): the agent won't remember "
+                    "earlier messages. Files in this conversation's home stay."
+                )
+                if running:
+                    text += " The run in progress finishes in the old conversation."
+                key = f"command-{command.value}:{msg.id}"
+                return self._reply(msg, key, Outgoing(ReplyKind.NOTICE, text))
+
+            write = functools.partial(self.store.start_new_epoch, msg.id, answer)
+            await self._deliver_written(write, f"the answer to message {msg.id}")
+            return
         elif command is Command.STATUS:
-            text = await self._status_text(msg, slot)
+            status = await self._retry.run(
+                functools.partial(self._status_text, msg, slot), f"the status for {msg.id}"
+            )
+            if status is None:  # stopping: the next start answers it
+                return
+            text = status
         else:
             text = await self._stop_command(msg, slot)
         await self._finish_message(msg, InboxState.DONE, f"command-{command.value}", text)
@@ -520,8 +580,10 @@ class Engine:
     async def _typed_answer(self, run: ActiveRun, msg: MessageRecord) -> None:
         record = next(iter(run.prompts.values()), None)
         if record is None:  # answered meanwhile (a button, or the message before this one)
-            if msg.text.strip() and not msg.text.strip().isdigit():
-                await self.store.redact_message(msg.id)  # it may have been a typed secret
+            if msg.text.strip() and not msg.text.strip().isdigit():  # maybe a typed secret
+                await self._retry.run(
+                    functools.partial(self.store.redact_message, msg.id), f"redacting {msg.id}"
+                )
             await self._finish_message(
                 msg, InboxState.DONE, "choice", "This request was already answered."
             )
@@ -543,8 +605,15 @@ class Engine:
             )
             return
         if record.kind == "secret":
-            await self.store.redact_message(msg.id)
-        result = await self._resolve(run, record, code, msg.sender_id, free)
+            await self._retry.run(
+                functools.partial(self.store.redact_message, msg.id), f"redacting {msg.id}"
+            )
+        result = await self._retry.run(
+            functools.partial(self._resolve, run, record, code, msg.sender_id, free),
+            f"the answer of message {msg.id} to a prompt",
+        )
+        if result is None:  # stopping: the run ends unanswered, the next start tells it
+            return
         await self._finish_message(msg, InboxState.DONE, "choice", result.text)
 
     async def _on_prompt(self, run: ActiveRun, event_type: str, data: dict[str, Any]) -> None:
@@ -725,23 +794,27 @@ class Engine:
                 paths = await self._attachments(home, msg)
             except (ProvisioningError, OSError, DeliveryError) as exc:
                 log.error("cannot prepare the home of %s: %s", msg.thread_key, exc)
-                result = RunResult(ok=False, code="provisioning", error=str(exc))
-            else:
-                surface = self.surfaces.get(msg.platform)
-                if surface is not None:
-                    run.reporter = ProgressReporter(
-                        surface,
-                        run.target,
-                        run.progress,
-                        self.settings.progress,
-                        run_id=run.run_id,
-                        requester=msg.sender_id,
-                        stop_token=f"{run.stop_token}{P.SEP}{P.STOP}",
-                    )
-                    reporter = asyncio.create_task(
-                        run.reporter.run(), name=f"progress-{run.run_id}"
-                    )
-                result = await self._execute(run, home, epoch, paths)
+                return run, RunResult(ok=False, code="provisioning", error=str(exc))
+            surface = self.surfaces.get(msg.platform)
+            if surface is not None:
+                run.reporter = ProgressReporter(
+                    surface,
+                    run.target,
+                    run.progress,
+                    self.settings.progress,
+                    run_id=run.run_id,
+                    requester=msg.sender_id,
+                    stop_token=f"{run.stop_token}{P.SEP}{P.STOP}",
+                )
+                reporter = asyncio.create_task(run.reporter.run(), name=f"progress-{run.run_id}")
+            return run, await self._execute(run, home, epoch, paths)
+        except Exception as exc:  # recorded as started, so it is answered: a failed run
+            log.exception("the run of message %d of %s failed", msg.id, msg.thread_key)
+            if run.handle is not None:  # what it started is ended, and gone before the next run
+                slot.last = run.handle
+                with contextlib.suppress(Exception):
+                    await run.handle.stop("failed")
+            return run, _gateway_failure(exc, started=run.handle is not None)
         finally:
             run.done.set()
             if run.reporter is not None:
@@ -751,7 +824,6 @@ class Engine:
                     await reporter
             slot.active = None
             self._stop_tokens.pop(run.stop_token, None)
-        return run, result
 
     async def _attachments(self, home: Home, msg: MessageRecord) -> list[str]:
         if not msg.attachments:
@@ -916,25 +988,17 @@ class Engine:
         unrecorded; the message is still "running" in the store then, and the next start
         answers it with "interrupted, send again".
         """
-        pause = FINISH_RETRY_FIRST_S
-        while True:
-            try:
-                return await self.store.finish_run(run.run_id, outcome, state, replies)
-            except StoreError as exc:
-                if self.stopping:
-                    log.error(
-                        "run %d of %s not recorded: %s", run.run_id, run.message.thread_key, exc
-                    )
-                    return None
-                log.warning(
-                    "run %d of %s could not be recorded (%s); trying again in %.1fs",
-                    run.run_id,
-                    run.message.thread_key,
-                    exc,
-                    pause,
-                )
-                await asyncio.sleep(pause)  # a backoff while the disk is full, not a sync
-                pause = min(pause * 2, FINISH_RETRY_MAX_S)
+        record = functools.partial(self.store.finish_run, run.run_id, outcome, state, replies)
+        return await self._retry.run(record, f"run {run.run_id} of {run.message.thread_key}")
+
+
+def _gateway_failure(exc: Exception, *, started: bool) -> RunResult:
+    """A run the gateway itself failed (out of file descriptors, a bug): an answer, not silence."""
+    doing = "follow" if started else "start"
+    reason = str(exc) or type(exc).__name__
+    return RunResult(
+        ok=False, code="gateway_error", error=f"the gateway could not {doing} the run: {reason}"
+    )
 
 
 def _failure_text(result: RunResult, stopped_by: str | None) -> str:

@@ -19,6 +19,7 @@ from .base import (
     StoreSchemaTooNew,
     TranscriptEntry,
 )
+from .retry import StoreRetry
 from .sqlite import SCHEMA_VERSION, SqliteStore
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreFull",
+    "StoreRetry",
     "StoreSchemaTooNew",
     "TranscriptEntry",
 ]

@@ -9,6 +9,7 @@ transaction, so after a crash the state is before or after it, never between.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,6 +174,14 @@ class Store(abc.ABC):
         """Messages in ``state``, oldest first (recovery)."""
 
     @abc.abstractmethod
+    async def unanswered_messages(self) -> list[MessageRecord]:
+        """Messages ``interrupted`` or ``failed`` with no reply recorded, oldest first.
+
+        Recovery: each was acknowledged, so each still gets its one reply (none should be
+        left so, but a gateway that stopped between two writes could leave one).
+        """
+
+    @abc.abstractmethod
     async def count_in_state(self, conversation_id: int, state: InboxState) -> int: ...
 
     @abc.abstractmethod
@@ -202,6 +211,17 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def new_epoch(self, conversation_id: int) -> int:
         """Start a fresh Jazz conversation in the same home; returns the new epoch."""
+
+    @abc.abstractmethod
+    async def start_new_epoch(
+        self, message_id: int, reply: Callable[[int], NewReply]
+    ) -> list[ReplyRecord]:
+        """``/new``: bump the epoch of the message's conversation, mark the message done and
+        record ``reply(new epoch)``, in one transaction.
+
+        A message no longer ``accepted`` (answered already: a replay) bumps nothing; its
+        replies as recorded are returned.
+        """
 
     # -- runs -------------------------------------------------------------------------------
     @abc.abstractmethod

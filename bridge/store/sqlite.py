@@ -735,6 +735,18 @@ class SqliteStore(Store):
 
         return await self._call(work)
 
+    async def unanswered_messages(self) -> list[MessageRecord]:
+        def work(conn: sqlite3.Connection) -> list[MessageRecord]:
+            rows = conn.execute(
+                "SELECT * FROM inbox WHERE state IN (?, ?) AND NOT EXISTS"
+                " (SELECT 1 FROM replies y WHERE y.conversation_id = inbox.conversation_id"
+                " AND y.message_id = inbox.id) ORDER BY id",
+                (InboxState.INTERRUPTED.value, InboxState.FAILED.value),
+            ).fetchall()
+            return [self._message(r) for r in rows]
+
+        return await self._call(work)
+
     async def count_in_state(self, conversation_id: int, state: InboxState) -> int:
         def work(conn: sqlite3.Connection) -> int:
             return int(
@@ -815,6 +827,34 @@ class SqliteStore(Store):
             if row is None:
                 raise StoreError(f"store {self.path}: no conversation {conversation_id}")
             return int(row[0])
+
+        return await self._tx(work)
+
+    async def start_new_epoch(
+        self, message_id: int, reply: Callable[[int], NewReply]
+    ) -> list[ReplyRecord]:
+        def work(conn: sqlite3.Connection) -> list[ReplyRecord]:
+            now = time.time()
+            message = conn.execute(
+                "UPDATE inbox SET state = ?, finished_at = ?, error = NULL"
+                " WHERE id = ? AND state = ? RETURNING conversation_id",
+                (InboxState.DONE.value, now, message_id, InboxState.ACCEPTED.value),
+            ).fetchone()
+            if message is None:  # answered before: the epoch was bumped then, not again
+                if conn.execute("SELECT 1 FROM inbox WHERE id = ?", (message_id,)).fetchone():
+                    rows = conn.execute(
+                        "SELECT * FROM replies WHERE message_id = ? ORDER BY id", (message_id,)
+                    ).fetchall()
+                    return [self._reply(r) for r in rows]
+                raise StoreError(f"store {self.path}: no message {message_id}")
+            epoch = conn.execute(
+                "UPDATE conversations SET epoch = epoch + 1, last_active_at = ? WHERE id = ?"
+                " RETURNING epoch",
+                (now, message[0]),
+            ).fetchone()
+            if epoch is None:
+                raise StoreError(f"store {self.path}: message {message_id} has no conversation")
+            return self._insert_replies(conn, [reply(int(epoch[0]))], now)
 
         return await self._tx(work)
 
@@ -934,14 +974,18 @@ class SqliteStore(Store):
                     " (SELECT id FROM runs WHERE finished_at IS NOT NULL AND finished_at < ?)",
                     (before,),
                 ).rowcount,
-                "replies": conn.execute(
-                    "DELETE FROM replies WHERE created_at < ? AND state IN (?, ?)",
-                    (before, *finished),
-                ).rowcount,
                 "runs": conn.execute(
                     "DELETE FROM runs WHERE finished_at IS NOT NULL AND finished_at < ?"
                     " AND NOT EXISTS (SELECT 1 FROM prompts p WHERE p.run_id = runs.id)",
                     (before,),
+                ).rowcount,
+                # not the replies of a message a kept run holds back: a message kept with
+                # none would read as never answered (recovery answers those)
+                "replies": conn.execute(
+                    "DELETE FROM replies WHERE created_at < ? AND state IN (?, ?)"
+                    " AND NOT EXISTS"
+                    " (SELECT 1 FROM runs r WHERE r.message_id = replies.message_id)",
+                    (before, *finished),
                 ).rowcount,
                 "messages": conn.execute(
                     "DELETE FROM inbox WHERE state IN (?, ?, ?)"
