@@ -6,8 +6,9 @@ core's opaque token). Every ``chat.postMessage`` carries its reply key in the me
 metadata, so after an unclear failure (the connection dropped, Slack answered 5xx) the
 thread is searched for it before the message is sent again: never a blind duplicate. The
 same search is the core's :class:`~bridge.ports.ConfirmsDelivery` hook (``find_sent``), so
-a reply found undelivered after a crash is looked up before it is sent again (files have
-no metadata: an artifact upload is at least once).
+a reply found undelivered after a crash is looked up before it is sent again. A file has no
+metadata: an upload whose answer was lost is looked for by its name and size among the
+files posted since; after a crash it is uploaded again (at least once).
 
 Slack limits each Web API method per app per workspace (team), so the surface paces calls
 per workspace too. A 429 closes that method in that workspace for its ``Retry-After``:
@@ -47,7 +48,8 @@ BUTTON_LABEL_MAX = 75
 BUTTONS_PER_ACTIONS = 25
 DOWNLOAD_CHUNK = 64 * 1024
 MAX_EDIT_STATE = 2000  # messages whose edit order is tracked; idle ones are forgotten past this
-LOOKUP_PAGES = 10  # conversations.replies pages searched for a reply key
+LOOKUP_PAGES = 10  # conversations.replies/history pages searched for a reply key
+CLOCK_SKEW_S = 60.0  # an upload in doubt is looked for among files posted since (this much)
 CHAT_UPDATE_PER_MINUTE = 50  # Slack Tier 3, per workspace: no minute holds more edits
 CHAT_UPDATE_BURST = 5  # of those, how many one workspace may make at once after a quiet spell
 CLOSE_FLUSH_S = 5.0  # held edits still being sent when the surface closes get this long
@@ -117,6 +119,14 @@ def _unclear(exc: Exception) -> bool:
     if isinstance(exc, SlackApiError):
         return getattr(exc.response, "status_code", 0) >= 500
     return True
+
+
+def _slack_time(ts: object) -> float:
+    """A message ts ("1764670300.000100") as seconds since the epoch; 0 when it is not one."""
+    try:
+        return float(str(ts))
+    except ValueError:
+        return 0.0
 
 
 def _plain(text: str, limit: int = 3000) -> str:
@@ -261,6 +271,9 @@ class SlackSurface:
         self._api_host = (urlsplit(api_url).hostname or "").lower()
         self.max_file_bytes = max_file_bytes
         self._unclear: dict[str, tuple[str, str | None]] = {}  # reply key -> channel, thread
+        # reply key -> (file name, size, when it was sent) of an upload that failed in a way
+        # that may have landed: a file message has no metadata, so it is found by its file
+        self._uploads_in_doubt: dict[str, tuple[str, int, float]] = {}
         self._no_status: set[str] = set()  # channels where assistant status is unavailable
         self._session: aiohttp.ClientSession | None = None
         # (Web API method, team) -> monotonic time a 429 reopens it
@@ -412,11 +425,25 @@ class SlackSurface:
         channel, thread_ts = self._where(target)
         return await self._lookup(team_of(target), channel, thread_ts, reply_key)
 
+    def _matches(self, msg: dict[str, Any], channel: str, reply_key: str) -> str | None:
+        """``msg``'s reference if it is the reply with ``reply_key``: by its metadata, or,
+        for an upload in doubt (files carry no metadata), a file of the same name and size."""
+        meta = msg.get("metadata") or {}
+        payload = meta.get("event_payload") or {}
+        if meta.get("event_type") == METADATA_EVENT and payload.get("reply_key") == reply_key:
+            return f"{channel}:{msg['ts']}"
+        upload = self._uploads_in_doubt.get(reply_key)
+        if upload is not None and _slack_time(msg.get("ts")) >= upload[2] - CLOCK_SKEW_S:
+            for file in msg.get("files") or []:
+                if (file.get("name"), file.get("size")) == upload[:2] and file.get("id"):
+                    return f"{channel}:{file['id']}"
+        return None
+
     async def _lookup(
         self, team: str, channel: str, thread_ts: str | None, reply_key: str
     ) -> str | None:
-        """Search the thread (or the channel's newest messages) for the reply key in the
-        messages' metadata. None only when Slack said it is not there; a failed search
+        """Search the thread (or the channel's newest messages) for the reply (see
+        :meth:`_matches`). None only when Slack said it is not there; a failed search
         raises :class:`DeliveryError` (the caller asks again rather than post twice)."""
         method = "conversations.replies" if thread_ts else "conversations.history"
         cursor: str | None = None
@@ -433,28 +460,27 @@ class SlackSurface:
                     )
                 else:  # newest first: a reply in doubt is among the latest
                     response = await self.client.conversations_history(
-                        channel=channel, include_all_metadata=True, limit=100
+                        channel=channel, include_all_metadata=True, limit=200, cursor=cursor
                     )
             except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
                 self._note(method, team, exc)
                 log.info("could not check whether reply %s landed: %s", reply_key, exc)
                 raise slack_error(exc, method) from exc
             for msg in response.get("messages") or []:
-                meta = msg.get("metadata") or {}
-                payload = meta.get("event_payload") or {}
-                if (
-                    meta.get("event_type") == METADATA_EVENT
-                    and payload.get("reply_key") == reply_key
-                ):
+                found = self._matches(msg, channel, reply_key)
+                if found is not None:
                     self._unclear.pop(reply_key, None)
-                    return f"{channel}:{msg['ts']}"
+                    self._uploads_in_doubt.pop(reply_key, None)
+                    return found
             cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
-            if not thread_ts or not response.get("has_more") or not cursor:
+            if not response.get("has_more") or not cursor:
                 self._unclear.pop(reply_key, None)  # Slack says it is not there
+                self._uploads_in_doubt.pop(reply_key, None)
                 return None
+        where = "replies of the thread" if thread_ts else "messages of the conversation"
         raise DeliveryError(
-            f"{method}: reply {reply_key} not found in the first {LOOKUP_PAGES * 200} replies "
-            "of the thread; cannot tell whether it landed"
+            f"{method}: reply {reply_key} not found in the {LOOKUP_PAGES * 200} newest {where}; "
+            "cannot tell whether it landed"
         )
 
     async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
@@ -521,11 +547,15 @@ class SlackSurface:
             kwargs["thread_ts"] = thread_ts
         team = team_of(target)
         self._gate("files.completeUploadExternal", team)
+        sent_at = time.time()
         try:
             response = await self.client.files_upload_v2(content=data, **kwargs)
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             self._note("files.completeUploadExternal", team, exc)
+            if _unclear(exc):  # it may be in the thread: find_sent looks before a resend
+                self._uploads_in_doubt[reply_key] = (name, len(data), sent_at)
             raise slack_error(exc, "files_upload_v2") from exc
+        self._uploads_in_doubt.pop(reply_key, None)
         files = response.get("files") or [{}]
         return f"{channel}:{files[0].get('id') or reply_key}"
 

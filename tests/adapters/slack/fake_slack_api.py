@@ -74,7 +74,8 @@ class FakeSlackApi:
         self.socket_acks: list[dict[str, Any]] = []
         self._sockets: list[web.WebSocketResponse] = []
         self._socket_open = asyncio.Event()
-        self._ts = itertools.count(1764680000_000100, 100)
+        # message ts are the time they were posted, as Slack's are (microseconds, unique)
+        self._ts = itertools.count(int(time.time() * 1_000_000), 100)
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -365,6 +366,18 @@ class FakeSlackApi:
                 channel=args.get("channel_id"), thread_ts=args.get("thread_ts"), title=f["title"]
             )
             done.append({"id": f["id"], "title": f.get("title"), "name": upload["filename"]})
+            # shared into the conversation: a message of the bot's holding the file
+            shared: dict[str, Any] = {
+                "type": "message",
+                "ts": self._next_ts(),
+                "user": self.bot_user_id,
+                "bot_id": self.bot_id,
+                "text": "",
+                "files": [{**done[-1], "size": upload["length"]}],
+            }
+            if args.get("thread_ts"):
+                shared["thread_ts"] = args["thread_ts"]
+            self.messages.setdefault(str(args.get("channel_id") or ""), []).append(shared)
         return {"ok": True, "files": done}
 
     def _m_assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -182,7 +182,7 @@ def press_payload(value: str, user: str, call: Call, ts: str) -> dict[str, Any]:
 
 def posted_ts(fake: FakeSlackApi, call: Call) -> str:
     index = fake.called("chat.postMessage").index(call)
-    msgs = [m for ms in fake.messages.values() for m in ms]
+    msgs = [m for ms in fake.messages.values() for m in ms if "files" not in m]  # posts only
     ordered = sorted(msgs, key=lambda m: m["ts"])
     return str(ordered[index]["ts"])
 
@@ -587,6 +587,32 @@ async def test_a_429_on_chat_update_is_honoured_and_the_answer_sent_once(
         later = [c for c in fake.called("chat.update") if c.at > refused[0].at]
         assert later and later[0].at - refused[0].at >= 1.9  # nothing inside Retry-After
         assert len(posts(fake, "You said")) == 1
+
+
+async def test_an_upload_whose_answer_was_lost_is_found_not_uploaded_again(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    """Slack shared the file, the answer never came: files carry no metadata, so the thread
+    is searched for the same file (name, size) before the upload is tried again."""
+    fake.fail("files.completeUploadExternal", "drop", commit=True)
+    async with running_gateway(env) as (app, _client):
+        root = "1764670300.000100"
+        assert await event(app.port, mention("Ev0ART", "!artifact plot.png", ts=root)) == 200
+        await wait_until(
+            lambda: (
+                sample(app, "jazz_bridge_replies_total", surface="slack", result="confirmed") >= 1
+            ),
+            30,
+            "the upload found in the thread",
+        )
+        shared = [m for m in fake.thread(CHANNEL, root) if m.get("files")]
+        assert [f["name"] for m in shared for f in m["files"]] == ["plot.png"]
+        # the one completion (whose answer was dropped), and no second upload
+        assert [c.method for c in fake.calls if c.method.startswith("files.")] == [
+            "files.getUploadURLExternal",
+            "files.completeUploadExternal",
+        ]
+        assert fake.called("conversations.replies")
 
 
 @pytest.mark.parametrize("kind", ["5xx", "drop"])
