@@ -912,17 +912,21 @@ class Engine:
             tool_count=len(result.tool_calls) or sum(run.progress.tools.values()),
         )
         label = "ok" if result.ok else (result.code or "failed")
+        # Stopped by the gateway's shutdown: "send it again", unless the run answered all
+        # the same (it finished as the stop came): that answer is kept and delivered, now or
+        # at the next start; the runner has it in its history already.
+        interrupted = run.shutdown and not result.ok
         log.info(  # one structured line per turn (JSON keys in the service's log)
             "turn %s: %s in %.1fs",
             msg.thread_key,
-            "interrupted" if run.shutdown else label,
+            "interrupted" if interrupted else label,
             result.duration_ms / 1000,
             extra={
                 "event": "turn",
                 "thread_key": msg.thread_key,
                 "platform": msg.platform,
                 "run_id": run.run_id,
-                "outcome": "interrupted" if run.shutdown else label,
+                "outcome": "interrupted" if interrupted else label,
                 "duration_ms": result.duration_ms,
                 "exit_code": result.exit_code,
                 "cost_usd": result.cost_usd if result.cost_known else None,
@@ -936,7 +940,7 @@ class Engine:
         state = InboxState.DONE if result.ok else InboxState.FAILED
         surface = self.surfaces.get(msg.platform)
         limit = surface.capabilities.max_length if surface else 4000
-        if run.shutdown:
+        if interrupted:
             state = InboxState.INTERRUPTED
             replies.append(
                 self._reply(msg, f"interrupted:{msg.id}", Outgoing(ReplyKind.NOTICE, SHUTDOWN_TEXT))

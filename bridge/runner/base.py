@@ -63,7 +63,12 @@ class RunResult:
 def finalize(
     result: RunResult, *, timeout_s: float, timed_out: bool, stop_reason: str | None
 ) -> RunResult:
-    """What every backend does last: a run we ended says why (timeout, stop), not its echo."""
+    """What every backend does last: a run we ended says why (timeout, stop), not its echo.
+
+    A run that answered all the same keeps its answer: the contract's runner prints an
+    "interrupted" failure when it is stopped, so a success means it had finished (the stop
+    came as it exited) and the runner holds that exchange in its history already.
+    """
     if timed_out:
         return replace(
             result,
@@ -72,7 +77,7 @@ def finalize(
             error=f"the run took longer than {timeout_s:g}s and was stopped",
             timed_out=True,
         )
-    if stop_reason is not None:
+    if stop_reason is not None and not result.ok:
         return replace(
             result,
             ok=False,

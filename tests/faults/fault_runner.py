@@ -20,6 +20,8 @@ Every process it starts notes its pid, uid, session and group in
              no run tag), answers once it runs
   noterm     ignores SIGTERM (and so does its child), sleeps
   wait NAME  answers once $FAKE_DIR/release-NAME exists (bounded: 60 s)
+  graceful   works until SIGTERM, then finishes its answer and exits 0 (a runner that
+             completes the turn it was in when stopped)
 """
 
 import json
@@ -142,6 +144,15 @@ def main() -> int:
         note(event="children", children=[pid])
         out.write(envelope("answered, a daemon left behind") + "\n")
         out.flush()
+        return 0
+    if word == "graceful":
+        finished = []
+        signal.signal(signal.SIGTERM, lambda *_: finished.append(True))
+        note(event="working", word=word)
+        deadline = time.monotonic() + 60
+        while not finished and time.monotonic() < deadline:
+            time.sleep(0.01)
+        out.write(envelope("finished on SIGTERM") + "\n")
         return 0
     if word == "wait":
         deadline = time.monotonic() + 60

@@ -250,3 +250,21 @@ async def test_no_process_of_the_conversations_account_survives_a_fault_series(
         uids = {int(n["uid"]) for n in notes(fake_dir)}
         assert len(uids) == 1 and 0 not in uids
         await nothing_left(fake_dir)
+
+
+async def test_an_answer_that_beats_the_shutdown_is_kept_not_interrupted(
+    env: dict[str, str], fake_dir: Path
+) -> None:
+    """The gateway stops while a run works; the runner finishes its answer on SIGTERM: that
+    answer is delivered (now or at the next start), not replaced by "send it again"."""
+    async with running_gateway(env) as (app, client):
+        await client.post("g", "graceful")
+        await wait_until(
+            lambda: any(n.get("event") == "working" for n in notes(fake_dir)), what="the run"
+        )
+        await app.stop()
+    async with running_gateway(env) as (_, client):
+        answers = await client.wait_role("g", "assistant", timeout=30)
+        assert answers[0]["text"].startswith("finished on SIGTERM")
+        notices = [m["text"] for m in await client.messages("g") if m["role"] != "user"]
+        assert not [t for t in notices if "send" in t and "again" in t], notices
