@@ -129,6 +129,14 @@ class Deliverer:
                     await self._mark(rec, ReplyState.SENT, platform_ref=found)
                     self.metrics.replies.labels(rec.target.surface, "confirmed").inc()
                     return True
+                if doubt and not confirms:  # an earlier try may have landed: maybe twice
+                    log.warning(
+                        "reply %d: sent again after a try whose outcome is unknown (%s cannot "
+                        "look it up), so it may show twice",
+                        rec.id,
+                        rec.target.surface,
+                    )
+                    self.metrics.replies.labels(rec.target.surface, "resent_unconfirmed").inc()
                 doubt = True  # from here on, a failed attempt may have landed
                 ref = await self._send(surface, rec)
             except DeliveryError as exc:

@@ -49,7 +49,9 @@ class Metrics:
         )
         self.replies = Counter(
             "jazz_bridge_replies",
-            "Replies by surface and result.",
+            "Replies by surface and result (sent, confirmed, retried, failed; "
+            "resent_unconfirmed: a try after one that may have landed, on a surface that "
+            "cannot look it up, so it may show twice).",
             ["surface", "result"],
             registry=r,
         )
