@@ -22,7 +22,7 @@ from aiohttp import web
 from provisioning.accounts import AccountRegistry
 from provisioning.errors import LayoutError
 from provisioning.homes import Homes
-from provisioning.layout import RootInfo, init_root, untraversable_ancestor
+from provisioning.layout import Layout, RootInfo, init_root, untraversable_ancestor
 from provisioning.modes import STATE_FILE_MODE
 from provisioning.repair import repair
 from provisioning.sandbox import resolve_isolation
@@ -150,8 +150,14 @@ class GatewayApp:
     async def initialize(self) -> None:
         # the rules config check and doctor apply, before anything is made or changed
         rules.require(self.settings, self.specs)
+        # the lock before provisioning when the root exists: a second serve must not repair
+        # modes or recreate accounts under a running gateway before it is refused
+        state = Layout(Path(self.settings.root)).state
+        if state.is_dir():
+            self._instance_lock = _lock_root(state)
         self.provisioned = await asyncio.to_thread(provision, self.settings)
-        self._instance_lock = _lock_root(self.provisioned.root.layout.state)
+        if self._instance_lock is None:  # a new root: its state directory exists now
+            self._instance_lock = _lock_root(self.provisioned.root.layout.state)
         self.store = SqliteStore(self.provisioned.root.layout.database)
         await self.store.open()
         backend = await asyncio.to_thread(

@@ -249,10 +249,16 @@ async def test_a_second_gateway_on_the_same_root_is_refused_and_touches_nothing(
         await client.post("a", "hold L")
         await wait_until(lambda: len(client.starts("web:a")) == 1, what="the first one's run")
         # the same root on another port (PORT 0): it would have taken that run for a
-        # leftover of a crash, killed it and answered "interrupted"
+        # leftover of a crash, killed it and answered "interrupted"; nor does it repair
+        # the root first (a changed mode the start-up repair would put back stays)
+        personas = Path(env["JAZZ_BRIDGE_ROOT"]) / "personas"
+        mode = personas.stat().st_mode & 0o7777
+        personas.chmod(0o700)
         with pytest.raises(BridgeError, match="another jazz-bridge serve is running"):
             async with running_gateway(env):
                 pass
+        assert personas.stat().st_mode & 0o7777 == 0o700, "the refused one repaired the root"
+        personas.chmod(mode)
         client.release("L")
         answer = (await client.wait_role("a", "assistant"))[0]["text"]
         assert "hold L" in answer
