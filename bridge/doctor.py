@@ -1,9 +1,11 @@
 """``jazz-bridge doctor``: every check on its own line, OK or FAIL with the fix.
 
 It only reads: modes and owners of the root, ``chats/`` and each home, accounts against the
-uid map, the operator group and its members, the runner, the configuration. Platform checks
-(credentials valid, webhook registered) belong to the adapters: each enabled adapter's spec
-may carry a ``doctor`` coroutine, run here with a timeout, so the core never imports one.
+uid map, the operator group and its members, the configuration, and the runner serve would
+start, checked as a run starts it (isolated: as ``nobody``, no supplementary groups).
+Platform checks (credentials valid, webhook registered) belong to the adapters: each enabled
+adapter's spec may carry a ``doctor`` coroutine, run here with a timeout, so the core never
+imports one.
 The configuration is held to the rules ``serve`` starts by (:mod:`.rules`), so doctor
 never passes a configuration serve refuses.
 """
@@ -24,14 +26,21 @@ from pathlib import Path
 from provisioning import naming
 from provisioning.layout import Layout
 from provisioning.modes import CHATS_MODE, HOME_MODE, PERSONAS_MODE, PRIVATE_DIR_MODE, ROOT_MODE
-from provisioning.sandbox import resolve_isolation
+from provisioning.sandbox import DEFAULT_PATH, can_switch_users, resolve_isolation, setpriv_path
 
 from . import rules
 from .config import CoreSettings
 from .logs import SecretMasker, secret_values
 from .ports import AdapterSpec, DoctorCheck
+from .runner.cli import reference_copy
 
 PLATFORM_TIMEOUT_S = 30.0
+PROBE_UID = PROBE_GID = 65534  # nobody/nogroup: an identity no account, file or group is made for
+PROBE_TIMEOUT_S = 20.0
+REACH_FIX = (
+    "move the runner outside /root and /home, e.g. /usr/local/bin, or make each directory "
+    "on its path traversable by others"
+)
 
 
 @dataclass(frozen=True)
@@ -142,28 +151,190 @@ def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]
                     "run jazz-bridge repair",
                 )
             )
-    exe = runner_command[0]
-    found = shutil.which(exe) or (exe if os.access(exe, os.X_OK) else None)
-    checks.append(
+    return checks + runner_checks(settings, runner_command, isolated)
+
+
+def runner_checks(settings: CoreSettings, runner_command: list[str], isolated: bool) -> list[Check]:
+    """The runner serve would start, started the way a run starts it.
+
+    Isolated, every run is a conversation's account with no supplementary groups: the
+    runner, a script's ``#!`` interpreter and any file the command names must be reachable
+    by others, and ``--help`` is started as ``nobody`` through the same ``setpriv`` path (as
+    root, anything starts). Single-account, the gateway's own user is the run's.
+    """
+    command, copy = _served_command(settings, runner_command)
+    path = os.environ.get("PATH") or DEFAULT_PATH
+    exe = command[0]
+    found = shutil.which(exe, path=path) if os.sep not in exe else exe
+    if found is not None and not os.access(found, os.X_OK):
+        found = None
+    checks = [
         Check(
             bool(found),
-            f"runner {' '.join(runner_command)} found",
+            f"runner {' '.join(command)} found",
             "install jazz or set runner.command",
         )
-    )
-    if found:
-        try:
-            proc = subprocess.run([*runner_command, "--help"], capture_output=True, timeout=20)
+    ]
+    if not found:
+        return checks
+    as_other = isolated and can_switch_users()
+    startable = True
+    if isolated:
+        for target, need in _needed(found, command[1:], path):
+            blocked = _blocker(target, need)
+            missing = target == copy and not os.path.exists(target)
+            if blocked is None and as_other and not missing and not _probe_access(target, need):
+                blocked = (target, f"not usable as uid {PROBE_UID}")
+            fix = REACH_FIX
+            if blocked is not None:
+                bits = need if blocked[0] == target else stat.S_IXOTH  # a directory: traverse
+                flags = ("r" if bits & stat.S_IROTH else "") + ("x" if bits & stat.S_IXOTH else "")
+                fix += f" (chmod o+{flags} {blocked[0]})"
             checks.append(
                 Check(
-                    proc.returncode in (0, 1, 2),
-                    "runner starts",
-                    f"runner exited {proc.returncode}; check runner.command",
+                    blocked is None,
+                    f"runner file {target} reachable by conversation accounts"
+                    + (f" (blocked at {blocked[0]}: {blocked[1]})" if blocked else "")
+                    + (" (serve writes it)" if missing else ""),
+                    fix,
                 )
             )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            checks.append(Check(False, "runner starts", f"{exc}; check runner.command"))
+            startable = startable and blocked is None and not missing
+    elif copy is not None and not os.path.exists(command[1]):
+        command = list(runner_command)  # the same script, until serve copies it
+    if not startable:
+        return checks
+    who = f" as uid {PROBE_UID}" if as_other else ""
+    try:
+        proc = _run_as([*command, "--help"], as_other, path)
+        checks.append(
+            Check(
+                proc.returncode in (0, 1, 2),
+                f"runner starts{who}",
+                f"runner exited {proc.returncode}; check runner.command",
+            )
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        checks.append(Check(False, f"runner starts{who}", f"{exc}; check runner.command"))
     return checks
+
+
+def _served_command(
+    settings: CoreSettings, runner_command: list[str]
+) -> tuple[list[str], str | None]:
+    """``runner_command`` as serve starts it, and the reference runner's copy if that is it:
+    the bundled reference runner is started from its copy under ``<root>/tools/`` (see
+    :func:`.runner.cli.default_command`), which serve writes (doctor only reads)."""
+    from . import reference_runner
+
+    package = os.path.realpath(reference_runner.__file__)
+    if len(runner_command) == 2 and os.path.realpath(runner_command[1]) == package:
+        copy = str(reference_copy(Layout(settings.root.absolute()).tools))
+        return [runner_command[0], copy], copy
+    return list(runner_command), None
+
+
+def _needed(exe: str, args: list[str], path: str) -> list[tuple[str, int]]:
+    """Every file a run needs to start: the program (a script read too), its ``#!``
+    interpreter (and the program ``/usr/bin/env`` looks up), files named by the command."""
+    needed = [(exe, stat.S_IXOTH)]
+    interpreter = _shebang(exe)
+    if interpreter:
+        needed = [(exe, stat.S_IXOTH | stat.S_IROTH), (interpreter[0], stat.S_IXOTH)]
+        if os.path.basename(interpreter[0]) == "env" and len(interpreter) > 1:
+            looked_up = shutil.which(interpreter[1], path=path)
+            if looked_up:
+                needed.append((looked_up, stat.S_IXOTH))
+    if args and args[0].startswith(os.sep) and not os.path.isdir(args[0]):
+        needed.append((args[0], stat.S_IROTH))  # the script an interpreter is given
+    return needed
+
+
+def _shebang(exe: str) -> list[str]:
+    try:
+        with open(exe, "rb") as fh:
+            first = fh.readline(256)
+    except OSError:
+        return []
+    if not first.startswith(b"#!"):
+        return []
+    return first[2:].decode("utf-8", "replace").split()
+
+
+def _blocker(target: str, need: int) -> tuple[str, str] | None:
+    """The first component of ``target`` (as given, then as the links resolve) an account
+    outside its owner and group cannot pass, or None. A missing one is not (nothing to pass
+    yet): what is not found or not made is a check of its own."""
+    for path in dict.fromkeys((os.path.abspath(target), os.path.realpath(target))):
+        parent = os.path.dirname(path)
+        ancestors = []
+        while True:
+            ancestors.append(parent)
+            if parent == os.sep:
+                break
+            parent = os.path.dirname(parent)
+        for directory in reversed(ancestors):
+            try:
+                mode = os.stat(directory).st_mode
+            except OSError:  # not made yet: the root's own checks name it
+                return None
+            if not mode & stat.S_IXOTH:
+                return directory, f"mode {stat.S_IMODE(mode):04o}"
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return path, str(exc.strerror)
+        if (mode & need) != need:
+            return path, f"mode {stat.S_IMODE(mode):04o}"
+    return None
+
+
+def _run_as(
+    argv: list[str], as_other: bool, path: str, timeout: float = PROBE_TIMEOUT_S
+) -> subprocess.CompletedProcess[bytes]:
+    """``argv`` run as a run would be: as ``nobody`` with no supplementary groups (behind
+    ``setpriv`` when installed, as runs are) when ``as_other``, else as ourselves."""
+    env = {"PATH": path, "HOME": "/", "LANG": os.environ.get("LANG", "C.UTF-8")}
+    setpriv = setpriv_path()
+    switch = as_other and setpriv is None  # without setpriv, subprocess switches itself
+    if as_other and setpriv is not None:
+        argv = [
+            setpriv,
+            f"--reuid={PROBE_UID}",
+            f"--regid={PROBE_GID}",
+            "--clear-groups",
+            "--",
+            *argv,
+        ]
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        timeout=timeout,
+        cwd="/",
+        env=env if as_other else None,
+        stdin=subprocess.DEVNULL,
+        user=PROBE_UID if switch else None,
+        group=PROBE_GID if switch else None,
+        extra_groups=[] if switch else None,
+    )
+
+
+def _probe_access(target: str, need: int) -> bool:
+    """Whether ``nobody`` can use ``target`` as ``need`` says (ACLs, mounts: what modes miss)."""
+    if not os.path.exists(target):
+        return True  # serve writes it; its directory was checked
+    tests = [
+        f'test -{flag} "$1"'
+        for bit, flag in ((stat.S_IROTH, "r"), (stat.S_IXOTH, "x"))
+        if need & bit
+    ]
+    try:
+        proc = _run_as(["/bin/sh", "-c", " && ".join(tests), "sh", target], True, DEFAULT_PATH)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
 
 
 async def _platform(spec: AdapterSpec, section: object, timeout_s: float) -> list[Check]:

@@ -453,6 +453,11 @@ def shared_interpreter() -> str:
     return sys.executable
 
 
+def reference_copy(tools_dir: Path) -> Path:
+    """Where :func:`default_command` puts the reference runner for every account to run."""
+    return tools_dir / "jazz-reference-runner.py"
+
+
 def default_command(
     configured: Sequence[str] | None, tools_dir: Path | None = None
 ) -> tuple[list[str], bool]:
@@ -472,7 +477,7 @@ def default_command(
 
     script = Path(reference_runner.__file__)
     if tools_dir is not None:
-        target = tools_dir / "jazz-reference-runner.py"
+        target = reference_copy(tools_dir)
         data = script.read_bytes()
         if not target.exists() or target.read_bytes() != data:
             tmp = target.with_suffix(".tmp")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from accounts_support import remove_accounts
+from accounts_support import needs_root, remove_accounts
 from gateway_harness import gateway_env, running_gateway
 
 from bridge.model import Inbound, InboxState
@@ -379,3 +379,47 @@ async def test_listing_only_reads_the_store_and_names_a_damaged_one(env: dict[st
         assert "damaged" in damaged.stderr and "Traceback" not in damaged.stderr
     assert sorted(p.name for p in state.iterdir()) == files  # nothing moved, nothing made
     assert db.read_bytes() == bytes(data)
+
+
+@needs_root  # runs are isolated (and started as another account) only as root
+def test_doctor_starts_the_runner_as_a_conversation_account_would(
+    tmp_path: Path, fake_dir: Path
+) -> None:
+    """As root, doctor checks the runner as an unprivileged account with no supplementary
+    groups (root reaches anything): one behind a 0700 directory, or whose ``#!``
+    interpreter is, fails naming that directory; opened, it passes."""
+    # fake_dir made tmp_path and its parents traversable, as a real install's would be
+    env = {"JAZZ_BRIDGE_ROOT": str(tmp_path / "root"), "JAZZ_BRIDGE_ISOLATION": "auto"}
+    init = cli(env, "init")
+    assert init.returncode == 0, init.stdout + init.stderr
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    runner = hidden / "jazz"
+    runner.write_text("#!/bin/sh\nexit 0\n")
+    os.chmod(runner, 0o755)
+    os.chmod(hidden, 0o700)
+    shown = tmp_path / "shown"
+    shown.mkdir()
+    os.chmod(shown, 0o755)
+    interpreted = shown / "jazz"  # reachable, but its interpreter is not
+    shell = hidden / "sh"
+    shell.write_bytes(Path("/bin/sh").read_bytes())
+    os.chmod(shell, 0o755)
+    interpreted.write_text(f"#!{shell}\nexit 0\n")
+    os.chmod(interpreted, 0o755)
+
+    for command, blocked in ((runner, runner), (interpreted, shell)):
+        out = cli({**env, "JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps([str(command)])}, "doctor")
+        assert out.returncode == 1, out.stdout + out.stderr
+        [failed] = [line for line in out.stdout.splitlines() if line.startswith("FAIL")]
+        assert f"runner file {blocked} reachable" in failed, failed
+        assert f"blocked at {hidden}: mode 0700" in failed, failed
+        assert "move the runner outside /root and /home" in failed
+        assert f"chmod o+x {hidden}" in failed
+        assert not any("runner starts" in line for line in out.stdout.splitlines())
+
+    os.chmod(hidden, 0o755)
+    for command in (runner, interpreted):
+        ok = cli({**env, "JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps([str(command)])}, "doctor")
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert "OK   runner starts as uid 65534" in ok.stdout.splitlines(), ok.stdout
