@@ -18,7 +18,7 @@ import tomllib
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model
 from pydantic_settings import (
@@ -31,6 +31,7 @@ from pydantic_settings import (
 )
 
 from .errors import ConfigError
+from .logs import SECRET_VALUES, is_secret_field, mask_url_credentials
 
 ENV_PREFIX = "JAZZ_BRIDGE_"
 CONFIG_ENV = "JAZZ_BRIDGE_CONFIG"
@@ -58,7 +59,8 @@ class RunnerSettings(Section):
     kill_grace_s: float = Field(default=3.0, ge=0, le=30)
     events: list[str] = ["tools", "reasoning", "text", "approval", "subagent", "spend"]
     env_passthrough: list[str] = []
-    extra_env: dict[str, str] = {}
+    # passed to every run: provider keys (OPENAI_API_KEY...), so every value is a secret
+    extra_env: Annotated[dict[str, str], SECRET_VALUES] = {}
     daemon_url: str = "http://127.0.0.1:4747"
     daemon_token: SecretStr | None = None
     daemon_operator_token: SecretStr | None = None
@@ -163,16 +165,30 @@ def settings_class(adapter_sections: Mapping[str, type[BaseModel]]) -> type[Core
     return create_model("Settings", __base__=CoreSettings, **fields)
 
 
+def _not_a_config_file(path: Path) -> str | None:
+    """What is wrong with ``path`` as the config file (None: it is a file)."""
+    if path.is_file():
+        return None
+    if path.is_dir():
+        example = path / DEFAULT_CONFIG_FILE
+        return f"{path}, which is a directory: name the TOML file itself (e.g. {example})"
+    if path.exists():
+        return f"{path}, which is not a regular file: name the TOML file"
+    return f"{path}, which does not exist"
+
+
 def find_config_file(explicit: Path | None, environ: Mapping[str, str]) -> Path | None:
     if explicit is not None:
-        if not explicit.is_file():
-            raise ConfigError(f"config file {explicit} does not exist")
+        wrong = _not_a_config_file(explicit)
+        if wrong is not None:
+            raise ConfigError(f"--config names {wrong}")
         return explicit
     from_env = environ.get(CONFIG_ENV)
     if from_env:
         path = Path(from_env)
-        if not path.is_file():
-            raise ConfigError(f"{CONFIG_ENV} names {path}, which does not exist")
+        wrong = _not_a_config_file(path)
+        if wrong is not None:
+            raise ConfigError(f"{CONFIG_ENV} names {wrong}")
         return path
     local = Path(DEFAULT_CONFIG_FILE)
     return local if local.is_file() else None
@@ -191,12 +207,49 @@ def _describe(errors: Iterable[Any], origin: str) -> str:
             message = "unknown key"
         shown = ""
         # an unknown key may be a secret's key mistyped (bot_tokne): its value never shows
-        if not unknown and not any(h in key.lower() for h in SECRET_HINTS) and "input" in err:
+        secret = any(h in key.lower() for h in SECRET_HINTS) or key.startswith("runner.extra_env")
+        if not unknown and not secret and "input" in err:
             value = err["input"]
             if isinstance(value, str | int | float | bool) and len(repr(value)) < 80:
-                shown = f" (got {value!r})"
+                shown = f" (got {mask_url_credentials(repr(value))})"
         lines.append(f"  {key}: {message}{shown}")
     return f"invalid configuration ({origin}):\n" + "\n".join(lines)
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The section model of a settings field (``Model`` or ``Model | None``), else None."""
+    for kind in (annotation, *typing.get_args(annotation)):
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            return kind
+    return None
+
+
+def _suggest(name: str, fields: Mapping[str, Any]) -> str | None:
+    """The variable a ``JAZZ_BRIDGE_*`` name that names no setting was probably meant to be."""
+    rest = name.upper()[len(ENV_PREFIX) :]
+    first, _, key = rest.partition("__")
+    first = first.lower()
+    # a section and its key joined by one underscore: JAZZ_BRIDGE_TELEGRAM_TOKEN
+    for section in sorted(fields, key=len, reverse=True):
+        model = _section_model(fields[section].annotation)
+        if model is None or key or not first.startswith(section + "_"):
+            continue
+        wanted = first[len(section) + 1 :]
+        keys = sorted(model.model_fields)
+        close = [wanted] if wanted in keys else difflib.get_close_matches(wanted, keys, n=1)
+        if close:
+            return f"{ENV_PREFIX}{section.upper()}__{close[0].upper()}"
+    close = difflib.get_close_matches(first, sorted(fields), n=1)
+    if not close:
+        return None
+    model = _section_model(fields[close[0]].annotation)
+    if model is None:
+        return f"{ENV_PREFIX}{close[0].upper()}"
+    keys = sorted(model.model_fields)
+    if key.lower() in keys:
+        return f"{ENV_PREFIX}{close[0].upper()}__{key.upper()}"
+    near = difflib.get_close_matches(key.lower(), keys, n=1) if key else []
+    return f"{ENV_PREFIX}{close[0].upper()}__{near[0].upper() if near else 'KEY'}"
 
 
 def _check_env_names(environ: Mapping[str, str], fields: Mapping[str, Any]) -> None:
@@ -212,14 +265,8 @@ def _check_env_names(environ: Mapping[str, str], fields: Mapping[str, Any]) -> N
             continue
         first = upper[len(ENV_PREFIX) :].split("__")[0].lower()
         if first not in fields:
-            close = difflib.get_close_matches(first, sorted(fields), n=1)
-            hint = ""
-            if close:
-                kind = fields[close[0]].annotation
-                section = isinstance(kind, type) and issubclass(kind, BaseModel)
-                hint = (
-                    f" (did you mean {ENV_PREFIX}{close[0].upper()}{'__KEY' if section else ''}?)"
-                )
+            suggestion = _suggest(name, fields)
+            hint = f" (did you mean {suggestion}?)" if suggestion else ""
             wrong.append(f"  {name}: no setting {first!r}{hint}")
     if wrong:
         raise ConfigError(
@@ -294,7 +341,40 @@ def load_settings(
     return settings
 
 
+MASKED = "**********"  # how pydantic shows a SecretStr
+
+
 def effective_config(settings: CoreSettings) -> dict[str, Any]:
-    """The effective configuration as JSON-able data, secrets masked."""
-    data: dict[str, Any] = settings.model_dump(mode="json")
+    """The effective configuration as JSON-able data, secrets masked: each ``SecretStr``,
+    every value of a field marked secret (``runner.extra_env``) and URLs' credentials."""
+    return _masked(settings, settings.model_dump(mode="json"))
+
+
+def _masked(model: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
+    for name, info in type(model).model_fields.items():
+        if name not in data:
+            continue
+        value = getattr(model, name, None)
+        if is_secret_field(info):
+            data[name] = _mask_all(data[name])
+        elif isinstance(value, BaseModel) and isinstance(data[name], dict):
+            data[name] = _masked(value, data[name])
+        else:
+            data[name] = _mask_urls(data[name])
     return data
+
+
+def _mask_all(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _mask_all(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_mask_all(v) for v in data]
+    return MASKED if isinstance(data, str) else data
+
+
+def _mask_urls(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _mask_urls(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_mask_urls(v) for v in data]
+    return mask_url_credentials(data) if isinstance(data, str) else data

@@ -7,9 +7,10 @@ Fields passed as ``extra={...}`` become JSON keys (``key=value`` in text), so a 
 carries its thread key, outcome and duration as data, not prose.
 
 :class:`SecretMasker` sits on every handler and replaces the value of every configured
-secret (each ``SecretStr`` in the settings, adapter sections included) and of secret-looking
-environment variables wherever it appears: the message, its arguments, extra fields and
-tracebacks. A Telegram token inside a URL an HTTP library logs is masked like any other.
+secret (each ``SecretStr`` in the settings, adapter sections included, every value of
+``runner.extra_env``, a URL's password) and of secret-looking environment variables wherever
+it appears: the message, its arguments, extra fields and tracebacks. A Telegram token inside
+a URL an HTTP library logs is masked like any other, and so is the password of any URL.
 
 Writing is a thread's job (:func:`off_thread`): a log line is a blocking write to a file or
 a pipe (journald, a container runtime), and one that blocks (a full pipe, a slow disk) would
@@ -26,6 +27,7 @@ import logging
 import logging.handlers
 import os
 import queue
+import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
@@ -39,6 +41,53 @@ MASK = "***"
 MIN_SECRET_LEN = 6
 # Environment variables whose values are treated as secrets (names upper-cased).
 SECRET_ENV_HINTS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "ACCESS_KEY")
+# The user information of a URL (``scheme://user:password@host``); it cannot hold / ? # @
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s]+)@")
+
+
+class SecretValues:
+    """Marks a settings field whose every value is a secret: ``Annotated[dict[str, str],
+    SECRET_VALUES]`` (``runner.extra_env``, which is passed to runs and holds provider keys).
+    Each string in it, a table's values included, is masked like a ``SecretStr``'s: in log
+    lines and in ``config check``."""
+
+    def __repr__(self) -> str:
+        return "SECRET_VALUES"
+
+
+SECRET_VALUES = SecretValues()
+
+
+def url_secrets(text: str) -> list[str]:
+    """The credentials of each URL in ``text``: its password, or its user name when it has
+    no password (a token given as the user name)."""
+    found = []
+    if "://" in text and "@" in text:
+        for match in _URL_USERINFO.finditer(text):
+            user, colon, password = match.group("userinfo").partition(":")
+            secret = password if colon else user
+            if secret:
+                found.append(secret)
+    return found
+
+
+def mask_url_credentials(text: str) -> str:
+    """``text`` with the credentials of each URL masked (``https://user:***@host``)."""
+    if "://" not in text or "@" not in text:
+        return text
+
+    def masked(match: re.Match[str]) -> str:
+        user, colon, _password = match.group("userinfo").partition(":")
+        return f"{match.group('scheme')}{f'{user}:{MASK}' if colon else MASK}@"
+
+    return _URL_USERINFO.sub(masked, text)
+
+
+def is_secret_field(info: Any) -> bool:
+    """Whether a pydantic field's values are all secrets (:data:`SECRET_VALUES`)."""
+    return any(item is SECRET_VALUES for item in getattr(info, "metadata", ()))
+
+
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
@@ -113,7 +162,7 @@ class SecretMasker(logging.Filter):
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, MASK)
-        return text
+        return mask_url_credentials(text)  # a URL's password, however short or unknown
 
     def _mask_value(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -127,8 +176,6 @@ class SecretMasker(logging.Filter):
         return self.mask(str(value))
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self.secrets:
-            return True
         _freeze(record)  # the masked text is what gets printed
         record.msg = self.mask(record.msg)
         for key, value in extra_fields(record).items():
@@ -141,21 +188,27 @@ class SecretMasker(logging.Filter):
 
 
 def secret_values(settings: BaseModel | None, environ: Mapping[str, str] | None = None) -> set[str]:
-    """Every ``SecretStr`` value in the settings (all sections) and secret-looking env values."""
+    """Every secret the settings hold (all sections): each ``SecretStr``, every value of a
+    :data:`SECRET_VALUES` field, the credentials of each URL; and from the environment the
+    values of secret-looking names and the credentials of URLs (a proxy's password)."""
     found: set[str] = set()
 
-    def walk(value: Any) -> None:
+    def walk(value: Any, secret: bool = False) -> None:
         if isinstance(value, SecretStr):
             found.add(value.get_secret_value())
+        elif isinstance(value, str):
+            if secret:
+                found.add(value)
+            found.update(url_secrets(value))
         elif isinstance(value, BaseModel):
-            for name in type(value).model_fields:
-                walk(getattr(value, name, None))
+            for name, info in type(value).model_fields.items():
+                walk(getattr(value, name, None), secret or is_secret_field(info))
         elif isinstance(value, Mapping):
             for item in value.values():
-                walk(item)
+                walk(item, secret)
         elif isinstance(value, list | tuple):
             for item in value:
-                walk(item)
+                walk(item, secret)
 
     if settings is not None:
         walk(settings)
@@ -163,6 +216,7 @@ def secret_values(settings: BaseModel | None, environ: Mapping[str, str] | None 
     for name, value in env.items():
         if any(hint in name.upper() for hint in SECRET_ENV_HINTS):
             found.add(value)
+        found.update(url_secrets(value))
     return {s for s in found if len(s) >= MIN_SECRET_LEN}
 
 

@@ -192,3 +192,20 @@ class AdapterSpec:
     # Called only when the adapter is enabled, by serve, ``config check`` and ``doctor`` alike
     # (:mod:`bridge.rules`), so none of them accepts what another refuses.
     check: Callable[[Any, CoreSettings], list[str]] | None = None
+    # Why a section that holds settings still leaves the adapter off (the credential that
+    # switches it on is missing), given the section: one warning line each, none when the
+    # section is untouched or switched off on purpose (``enabled = false``). Called only when
+    # the adapter is not enabled; serve logs each line at start, ``config check`` and
+    # ``doctor`` show it, none of them refuses for it (:func:`bridge.rules.warnings`).
+    dormant: Callable[[Any], list[str]] | None = None
+
+
+def changed_keys(section: BaseModel) -> list[str]:
+    """The keys of a settings section whose value is not their default (in field order),
+    whether set in the TOML file or the environment: a section the example config spells
+    out with every default is not "configured"."""
+    try:
+        default = type(section)()
+    except ValueError:  # a section with required fields: all of its set keys count
+        return [k for k in type(section).model_fields if k in section.model_fields_set]
+    return [k for k in type(section).model_fields if getattr(section, k) != getattr(default, k)]

@@ -5,18 +5,23 @@ secret its mode uses, and at least one adapter must be on. Each is stated once: 
 adapter's by its spec (:attr:`~bridge.ports.AdapterSpec.check`), the core's here. ``serve``
 refuses to start on any of them before it provisions anything, ``config check`` exits 2 with
 the same line, and ``doctor`` reports each as a failed check, so what an operator checked is
-what the gateway runs with. They are not pydantic validators: a settings object that breaks
+what the gateway runs with. A section configured but left off by a missing credential is a
+warning (:func:`warnings`): serve logs it, ``config check`` and ``doctor`` show it, none
+fails. They are not pydantic validators: a settings object that breaks
 one is still a valid value (tests build such objects), just not one the gateway starts with.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from .config import CoreSettings
 from .errors import AdapterError
 from .ports import AdapterSpec
+
+log = logging.getLogger("jazz_bridge")
 
 NO_ADAPTER = "no adapter is enabled: enable [web] or configure Slack/Telegram"
 
@@ -48,6 +53,24 @@ def problems(settings: CoreSettings, specs: dict[str, AdapterSpec]) -> list[str]
     return found
 
 
+def warnings(settings: CoreSettings, specs: dict[str, AdapterSpec]) -> list[str]:
+    """Each adapter section that holds settings but stays off (a Telegram section with an
+    allowlist and no token), one line each naming the missing key and its variable.
+
+    A warning, not a refusal: the credential is what switches an adapter on, so a section
+    without it is off by the same rule that keeps an untouched one off; but an operator who
+    set its allowlist most likely meant it on.
+    """
+    found: list[str] = []
+    for section, spec in sorted(specs.items()):
+        section_settings = settings.section(section)
+        if section_settings is None or spec.dormant is None:
+            continue
+        if not spec.enabled(section_settings):
+            found += spec.dormant(section_settings)
+    return found
+
+
 def refuse(broken: Sequence[str]) -> None:
     """Raise :class:`AdapterError` naming every rule in ``broken``, one per line; else return."""
     if broken:
@@ -55,5 +78,8 @@ def refuse(broken: Sequence[str]) -> None:
 
 
 def require(settings: CoreSettings, specs: dict[str, AdapterSpec]) -> None:
-    """Refuse a configuration ``serve`` would not start with (``serve``, ``config check``)."""
+    """Refuse a configuration ``serve`` would not start with (``serve``, ``config check``);
+    first log a warning for each configured section that stays off (:func:`warnings`)."""
+    for line in warnings(settings, specs):
+        log.warning("%s", line)
     refuse(problems(settings, specs))

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from bridge.config import CoreSettings
-from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck
+from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck, changed_keys
 
 # What the Slack app must subscribe to and be granted (deploy/slack/manifest*.yaml are
 # checked against these by a test): the events the adapter turns into messages, and one
@@ -98,6 +98,19 @@ def check(settings: SlackSettings, core: CoreSettings) -> list[str]:
     return found
 
 
+def dormant(settings: Any) -> list[str]:
+    """Why a slack section with settings stays off (``AdapterSpec.dormant``): no bot_token."""
+    if not settings.enabled or settings.bot_token is not None:
+        return []
+    keys = [k for k in changed_keys(settings) if k != "enabled"]
+    if not keys:
+        return []
+    return [
+        f"slack is configured ({', '.join(keys)}) but has no bot token: set "
+        "slack.bot_token (JAZZ_BRIDGE_SLACK__BOT_TOKEN); it stays off"
+    ]
+
+
 SPEC = AdapterSpec(
     name="slack",
     section="slack",
@@ -106,4 +119,5 @@ SPEC = AdapterSpec(
     enabled=_enabled,
     doctor=_doctor,
     check=check,
+    dormant=dormant,
 )

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from bridge.config import CoreSettings
-from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck
+from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck, changed_keys
 
 WEBHOOK_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what setWebhook accepts
 
@@ -84,6 +84,19 @@ def check(settings: TelegramSettings, core: CoreSettings) -> list[str]:
     return found
 
 
+def dormant(settings: Any) -> list[str]:
+    """Why a telegram section with settings stays off (``AdapterSpec.dormant``): no token."""
+    if not settings.enabled or settings.token is not None:
+        return []
+    keys = [k for k in changed_keys(settings) if k != "enabled"]
+    if not keys:
+        return []
+    return [
+        f"telegram is configured ({', '.join(keys)}) but has no token: set "
+        "telegram.token (JAZZ_BRIDGE_TELEGRAM__TOKEN); it stays off"
+    ]
+
+
 SPEC = AdapterSpec(
     name="telegram",
     section="telegram",
@@ -92,4 +105,5 @@ SPEC = AdapterSpec(
     enabled=_enabled,
     doctor=_doctor,
     check=check,
+    dormant=dormant,
 )

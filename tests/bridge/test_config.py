@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from bridge import rules
+from bridge import logs, rules
 from bridge.config import load_settings
 from bridge.errors import AdapterError, ConfigError
 from bridge.plugins import load_specs
@@ -150,8 +150,52 @@ def test_environment_names_that_match_no_setting_are_refused_by_name() -> None:
     assert "JAZZ_BRIDGE_ISOLATON: no setting 'isolaton' (did you mean JAZZ_BRIDGE_ISOLATION?)" in (
         message
     )
-    assert "JAZZ_BRIDGE_TELEGRAM_TOKEN" in message and "JAZZ_BRIDGE_TELEGRAM__KEY" in message
+    assert (
+        "JAZZ_BRIDGE_TELEGRAM_TOKEN: no setting 'telegram_token' (did you mean "
+        "JAZZ_BRIDGE_TELEGRAM__TOKEN?)" in message
+    )
     assert "123:abc" not in message
+
+
+def test_a_mistyped_section_or_key_suggests_the_whole_variable() -> None:
+    environ = {
+        "JAZZ_BRIDGE_SLACK_BOT_TOKN": "xoxb-1",
+        "JAZZ_BRIDGE_TELEGRM__TOKEN": "1:a",
+        "JAZZ_BRIDGE_SERVR__PORT": "9000",
+    }
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, adapter_sections=SECTIONS, environ=environ)
+    message = str(info.value)
+    assert "(did you mean JAZZ_BRIDGE_SLACK__BOT_TOKEN?)" in message
+    assert "(did you mean JAZZ_BRIDGE_TELEGRAM__TOKEN?)" in message
+    assert "(did you mean JAZZ_BRIDGE_SERVER__PORT?)" in message
+
+
+def test_config_check_masks_every_extra_env_value_and_url_credentials(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        '[runner]\nextra_env = { OPENAI_API_KEY = "sk-proj-0123456789", LEVEL = "dbg" }\n'
+        'daemon_url = "http://jazz:daemon-pass@127.0.0.1:4747"\n'
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "config", "check", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HTTPS_PROXY": "http://me:proxy-pass@proxy:3128"},
+    )
+    assert out.returncode == 0, out.stderr
+    for secret in ("sk-proj-0123456789", "dbg", "daemon-pass", "proxy-pass"):
+        assert secret not in out.stdout + out.stderr
+    runner = json.loads(out.stdout)["runner"]
+    assert runner["extra_env"] == {"OPENAI_API_KEY": "**********", "LEVEL": "**********"}
+    assert runner["daemon_url"] == "http://jazz:***@127.0.0.1:4747"
+    # and the log masker knows them: not one reaches a log line either
+    settings = load_settings(cfg, adapter_sections=SECTIONS, environ={})
+    masker = logs.SecretMasker(logs.secret_values(settings, environ={}))
+    line = masker.mask("run env OPENAI_API_KEY=sk-proj-0123456789 via http://u:pw@h/ daemon-pass")
+    assert line == "run env OPENAI_API_KEY=*** via http://u:***@h/ ***"
 
 
 def test_a_list_given_as_plain_text_in_the_environment_is_named() -> None:
@@ -299,3 +343,38 @@ def test_an_adapter_is_held_to_its_rules_only_when_enabled() -> None:
         None, adapter_sections=sections, environ={**on, "JAZZ_BRIDGE_MATRIX__ROOM": "!ops"}
     )
     rules.require(fixed, specs)
+
+
+def test_a_platform_configured_without_its_token_is_a_warning_everywhere(tmp_path: Path) -> None:
+    """The token switches an adapter on: without it the section stays off, and serve, config
+    check and doctor all say so (a warning: none of them fails for it)."""
+    env = {"JAZZ_BRIDGE_TELEGRAM__ALLOWED_USERS": "[1]"}
+    warning = (
+        "telegram is configured (allowed_users) but has no token: set telegram.token "
+        "(JAZZ_BRIDGE_TELEGRAM__TOKEN); it stays off"
+    )
+    checked = _cli(tmp_path, env, "config", "check")
+    assert checked.returncode == 0, checked.stderr
+    assert warning in checked.stderr and "WARNING" in checked.stderr
+    doctor = _cli(tmp_path, env, "doctor")
+    assert warning in doctor.stderr
+    # serve says it before anything else (here it then refuses: no adapter left on)
+    served = _cli(tmp_path, {**env, "JAZZ_BRIDGE_WEB__ENABLED": "false"}, "serve")
+    assert served.returncode == 2 and warning in served.stderr
+    slack = {"JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS": '["T1"]', "JAZZ_BRIDGE_SLACK__MODE": "socket"}
+    loaded = load_settings(None, adapter_sections=SECTIONS, environ=slack)
+    assert rules.warnings(loaded, load_specs()) == [
+        "slack is configured (mode, allowed_teams) but has no bot token: set slack.bot_token "
+        "(JAZZ_BRIDGE_SLACK__BOT_TOKEN); it stays off"
+    ]
+
+
+def test_no_warning_for_a_section_left_at_its_defaults_or_switched_off() -> None:
+    specs = load_specs()
+    example = Path(__file__).resolve().parents[2] / "deploy" / "config.example.toml"
+    spelled_out = load_settings(example, adapter_sections=SECTIONS, environ={})
+    assert rules.warnings(spelled_out, specs) == []  # every key at its default: not configured
+    off = {"JAZZ_BRIDGE_TELEGRAM__ALLOWED_USERS": "[1]", "JAZZ_BRIDGE_TELEGRAM__ENABLED": "false"}
+    assert rules.warnings(load_settings(None, adapter_sections=SECTIONS, environ=off), specs) == []
+    on = {"JAZZ_BRIDGE_TELEGRAM__ALLOWED_USERS": "[1]", "JAZZ_BRIDGE_TELEGRAM__TOKEN": "1:a"}
+    assert rules.warnings(load_settings(None, adapter_sections=SECTIONS, environ=on), specs) == []
