@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import errno
+import grp
 import json
 import logging
 import logging.handlers
+import math
+import os
 import signal
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioning.errors import ProvisioningError
 
@@ -25,6 +31,11 @@ from .config import CoreSettings, effective_config, load_settings
 from .errors import BridgeError
 from .plugins import load_specs
 from .ports import AdapterSpec
+
+if TYPE_CHECKING:
+    from provisioning.layout import Layout
+
+    from .operators import Operators
 
 log = logging.getLogger("jazz_bridge")
 
@@ -85,10 +96,65 @@ def _settings(args: argparse.Namespace, specs: dict[str, AdapterSpec]) -> CoreSe
 # -- commands ----------------------------------------------------------------------------------
 
 
+def _bind_problem(exc: OSError, host: str, port: int) -> str | None:
+    """One line for an address ``serve`` cannot listen on, naming the settings; None when
+    ``exc`` is not about the address."""
+    where = "server.host/server.port (JAZZ_BRIDGE_SERVER__HOST, JAZZ_BRIDGE_SERVER__PORT)"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} on {host} is already in use: stop what listens there (ss -ltnp "
+            f"'sport = :{port}') or pick another server.port (JAZZ_BRIDGE_SERVER__PORT)"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is not an address of this machine: fix {where}"
+    if exc.errno == errno.EACCES:
+        return (
+            f"not allowed to listen on port {port} (below 1024 needs CAP_NET_BIND_SERVICE): "
+            "pick a server.port from 1024 up (JAZZ_BRIDGE_SERVER__PORT)"
+        )
+    return None
+
+
+def _check_address(host: str, port: int) -> None:
+    """Refuse an address already taken before anything is made (a new root included); the
+    server binds it again, as asyncio does (SO_REUSEADDR, IPv6 only on v6 sockets)."""
+    if port == 0:
+        return
+    try:
+        found = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except (socket.gaierror, UnicodeError):
+        return  # the server names it
+    for family, kind, proto, _name, address in found:
+        try:
+            probe = socket.socket(family, kind, proto)
+        except OSError:
+            continue
+        with probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                problem = _bind_problem(exc, host, port)
+                if problem is not None:
+                    raise BridgeError(problem) from None
+
+
 def cmd_serve(
     args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
 ) -> int:
+    from provisioning.layout import Layout
+
     from .app import serve
+
+    host, port = settings.server.host, settings.server.port
+    if not Layout(settings.root.absolute()).state.is_dir():
+        # a new root: no root made for a gateway that cannot listen (on an existing one, a
+        # second serve is told by the root's lock, which names the gateway holding it)
+        _check_address(host, port)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -97,7 +163,14 @@ def cmd_serve(
             loop.add_signal_handler(sig, stop.set)
         await serve(settings, specs, stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except OSError as exc:  # taken meanwhile, or an address the probe could not tell
+        # asyncio: "error while attempting to bind on address ...", the errno kept
+        problem = _bind_problem(exc, host, port) if "bind" in str(exc) else None
+        if problem is None:
+            raise
+        raise BridgeError(problem) from None
     return 0
 
 
@@ -121,13 +194,31 @@ def cmd_init(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Adap
 
 
 def cmd_repair(args: argparse.Namespace, settings: CoreSettings, _: dict[str, AdapterSpec]) -> int:
+    from provisioning.layout import Layout
     from provisioning.repair import repair
 
     from .app import provision
 
+    layout = Layout(settings.root.absolute())
+    # a root's state/ (init and serve make it), or an empty directory made for one
+    # (systemd-tmpfiles, a new container volume): a mistyped root is named, not made
+    if not layout.state.is_dir():
+        try:
+            empty = layout.root.is_dir() and not any(layout.root.iterdir())
+        except OSError:
+            empty = False
+        if not empty:
+            what = "does not exist" if not layout.root.exists() else "has no state/ directory"
+            raise BridgeError(
+                f"no gateway state at {layout.root} (it {what}): is root right (--root, root, "
+                f"JAZZ_BRIDGE_ROOT)? jazz-bridge init --root {layout.root} makes a new one"
+            )
     prov = provision(settings, repair_homes=False)
+    # an operator's --deep walks every home, repaired before or not (the marker only spares
+    # the gateway's own first walk of a home after a start)
+    deep = args.deep or args.force
     report = repair(
-        prov.root, isolated=prov.isolated, registry=prov.registry, deep=args.deep, force=args.force
+        prov.root, isolated=prov.isolated, registry=prov.registry, deep=deep, force=deep
     )
     data = report.as_dict()
     if args.json:
@@ -142,26 +233,52 @@ def cmd_repair(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Ad
     return 0 if report.ok else 1
 
 
-def _operator_view(args: argparse.Namespace, settings: CoreSettings) -> int:
+@contextlib.asynccontextmanager
+async def _operators(settings: CoreSettings) -> AsyncIterator[tuple[Operators, Layout]]:
+    """The root's store opened read-only (a listing never writes) and its operators' view."""
     from provisioning.layout import Layout
     from provisioning.sandbox import resolve_isolation
 
-    from .operators import Operators, parse_since
+    from .operators import Operators
     from .store import SqliteStore
 
     layout = Layout(settings.root.absolute())
     if not layout.database.exists():
         raise BridgeError(f"no gateway state at {layout.database}: is root {layout.root} right?")
+    store = SqliteStore(layout.database, read_only=True)
+    await store.open()
+    try:
+        # isolated as the gateway runs it (an operator's own uid cannot switch users, but
+        # the root's accounts are in its uid map)
+        isolated = resolve_isolation(settings.isolation) or layout.uid_map.exists()
+        yield Operators(store, layout, isolated), layout
+    finally:
+        await store.close()
+
+
+def _no_conversation(key: str) -> str:
+    return (
+        f"no conversation matches {key!r} (a thread key, a home path, a Slack permalink or a "
+        "t.me link); see jazz-bridge homes list"
+    )
+
+
+def _operator_view(
+    args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
+) -> int:
+    from .operators import parse_since
 
     async def go() -> int:
-        store = SqliteStore(layout.database, read_only=True)  # a listing never writes
-        await store.open()
-        try:
-            # isolated as the gateway runs it (an operator's own uid cannot switch users, but
-            # the root's accounts are in its uid map)
-            isolated = resolve_isolation(settings.isolation) or layout.uid_map.exists()
-            ops = Operators(store, layout, isolated)
+        async with _operators(settings) as (ops, _layout):
             if args.homes_cmd == "list":
+                if args.platform is not None:
+                    known = {spec.name for spec in specs.values()}
+                    known |= {c.platform for c in await ops.store.conversations()}
+                    if args.platform not in known:
+                        raise BridgeError(
+                            f"homes list --platform {args.platform!r}: no such platform "
+                            f"(one of: {', '.join(sorted(known))})"
+                        )
                 since = parse_since(args.active_since) if args.active_since else None
                 rows = await ops.listing(platform=args.platform, active_since=since)
                 if args.json:
@@ -171,10 +288,7 @@ def _operator_view(args: argparse.Namespace, settings: CoreSettings) -> int:
                 return 0
             conv = await ops.find(args.key)
             if conv is None:
-                raise BridgeError(
-                    f"no conversation matches {args.key!r} (a thread key, a home path, a Slack "
-                    "permalink or a t.me link); see jazz-bridge homes list"
-                )
+                raise BridgeError(_no_conversation(args.key))
             data = await ops.show(conv)
             if args.json:
                 _dump(data)
@@ -190,13 +304,54 @@ def _operator_view(args: argparse.Namespace, settings: CoreSettings) -> int:
                     )
                 _out(f" pending prompts: {len(data['pendingPrompts'])}")
             return 0
-        finally:
-            await store.close()
 
     try:
         return asyncio.run(go())
     except ValueError as exc:
         raise BridgeError(str(exc)) from exc
+
+
+def _home_path(args: argparse.Namespace, settings: CoreSettings) -> int:
+    """``homes path KEY``: the home's path on stdout when it exists; else exit 1 saying why
+    on stderr, with nothing on stdout, so ``cd "$(jazz-bridge homes path KEY)"`` fails."""
+    from provisioning import naming
+    from provisioning.layout import Layout
+
+    key: str = args.key
+    layout = Layout(settings.root.absolute())
+    link = "://" in key
+    would_be = None if link else layout.home(naming.home_name(key))
+    if would_be is not None and would_be.is_dir():  # made by homes ensure, or the gateway
+        _out(str(would_be))
+        return 0
+
+    async def find() -> tuple[str, Path] | None:
+        async with _operators(settings) as (ops, found_in):
+            conv = await ops.find(key)  # a thread key, a home path, a permalink, a t.me link
+            return None if conv is None else (conv.thread_key, found_in.home(conv.home))
+
+    problem: str
+    try:
+        found = asyncio.run(find()) if layout.database.exists() else None
+    except (BridgeError, ValueError) as exc:
+        found, problem = None, f"{exc}"
+    else:
+        problem = ""
+    if found is not None:
+        thread_key, path = found
+        if path.is_dir():
+            _out(str(path))
+            return 0
+        problem = (
+            f"conversation {thread_key} has no home at {path} (archived? jazz-bridge homes "
+            f"restore {thread_key})"
+        )
+    elif would_be is not None:
+        problem = f"no conversation {key!r} at root {layout.root} (its home would be {would_be})"
+    elif not problem:
+        problem = _no_conversation(key)
+    sys.stderr.write(f"jazz-bridge: error: {logs.mask(problem)}\n")
+    return 1
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
@@ -260,7 +415,8 @@ def _archive_view(args: argparse.Namespace, settings: CoreSettings) -> int:
                 rows = [{"threadKey": conv.thread_key, "archived": True}]
                 rows[0].update((await ops.archive(conv, prov.root)).as_dict())
             else:
-                idle_days = idle_days or settings.retention.archive_idle_days
+                if idle_days is None:
+                    idle_days = settings.retention.archive_idle_days
                 if idle_days is None:
                     raise BridgeError(
                         "say which homes: a thread key, or --idle-days N (or set "
@@ -287,20 +443,17 @@ def _archive_view(args: argparse.Namespace, settings: CoreSettings) -> int:
     return asyncio.run(go())
 
 
-def cmd_homes(args: argparse.Namespace, settings: CoreSettings, _: dict[str, AdapterSpec]) -> int:
+def cmd_homes(
+    args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
+) -> int:
     from .app import provision
 
     if args.homes_cmd in ("list", "show"):
-        return _operator_view(args, settings)
+        return _operator_view(args, settings, specs)
     if args.homes_cmd in ("archive", "restore"):
         return _archive_view(args, settings)
-
     if args.homes_cmd == "path":
-        from provisioning import naming
-        from provisioning.layout import Layout
-
-        _out(str(Layout(settings.root.absolute()).home(naming.home_name(args.key))))
-        return 0
+        return _home_path(args, settings)
     prov = provision(settings, repair_homes=False)
     home = prov.homes.ensure(args.key)
     if args.json:
@@ -326,8 +479,11 @@ def cmd_doctor(
     args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
 ) -> int:
     from .doctor import config_checks, platform_checks, run_checks
+    from .rules import warnings
     from .runner import default_command
 
+    for line in warnings(settings, specs):  # a section left off by a missing credential
+        log.warning("%s", line)
     command, _reference = default_command(settings.runner.command)
     checks = config_checks(settings, specs) + run_checks(settings, command)
     checks += asyncio.run(platform_checks(settings, specs))
@@ -340,6 +496,21 @@ def cmd_doctor(
 
 
 # -- parser ------------------------------------------------------------------------------------
+
+
+def _idle_days(text: str) -> float:
+    """``--idle-days N``: a number of days above zero (fractions allowed: 0.5 is 12 hours),
+    as ``retention.archive_idle_days``; zero or less would take every home for idle."""
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if not (math.isfinite(days) and days > 0):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a number of days above 0 (e.g. --idle-days 30); every home has "
+            "been idle 0 days"
+        )
+    return days
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -372,21 +543,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("repair", parents=[common, root_opt], help="repair modes and owners")
-    p.add_argument("--deep", action="store_true", help="also walk every home")
-    p.add_argument("--force", action="store_true", help="walk even homes already repaired")
+    p.add_argument("--deep", action="store_true", help="also walk every home's contents, each time")
+    p.add_argument("--force", action="store_true", help="the same as --deep")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_repair)
 
     homes = sub.add_parser("homes", help="conversation homes")
     hs = homes.add_subparsers(dest="homes_cmd", required=True)
-    for name, help_text in (
-        ("ensure", "create or repair the home of a thread key"),
-        ("path", "print the home's path"),
-    ):
-        p = hs.add_parser(name, parents=[common, root_opt], help=help_text)
-        p.add_argument("key", help="thread key, e.g. slack:T0TEAM:C0CHAN:1764669600.000100")
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=cmd_homes)
+    p = hs.add_parser(
+        "ensure", parents=[common, root_opt], help="create or repair the home of a thread key"
+    )
+    p.add_argument("key", help="thread key, e.g. slack:T0TEAM:C0CHAN:1764669600.000100")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_homes)
+    p = hs.add_parser(
+        "path",
+        parents=[common, root_opt],
+        help="print an existing home's path (exit 1 when there is none)",
+    )
+    p.add_argument("key", help="thread key, home path, Slack permalink or t.me link")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # accepted, as before
+    p.set_defaults(func=cmd_homes)
 
     p = hs.add_parser("list", parents=[common, root_opt], help="list conversations")
     p.add_argument("--platform", help="only this platform (slack, telegram, web)")
@@ -406,7 +583,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("key", nargs="?", help="one conversation (else every home idle long enough)")
     p.add_argument(
-        "--idle-days", type=float, help="only homes idle this long (default retention's)"
+        "--idle-days",
+        type=_idle_days,
+        metavar="N",
+        help="only homes idle N days or more (N > 0; default retention.archive_idle_days)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_homes)
@@ -426,15 +606,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _os_error(exc: OSError, root: Path | None) -> str:
+    """An OSError as one line that says what is wrong with which path and what to do."""
+    where = exc.filename
+    if where is None:
+        return str(exc)
+    path = Path(os.fsdecode(where))
+    if exc.errno == errno.ENOTDIR:
+        blocker = next((p for p in [path, *path.parents] if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            return (
+                f"{path}: {blocker} is a file, not a directory, so nothing can be made under "
+                "it: pick another path"
+                + (
+                    " (--root, root, JAZZ_BRIDGE_ROOT)"
+                    if root and root.is_relative_to(path)
+                    else ""
+                )
+            )
+    if exc.errno in (errno.EACCES, errno.EPERM) and root is not None and os.geteuid() != 0:
+        try:
+            inside = path.absolute().is_relative_to(root)
+            group = grp.getgrgid(os.stat(root).st_gid).gr_name if inside else None
+        except (OSError, KeyError):
+            group = None
+        if group is not None:
+            return (
+                f"permission denied: {path}: under {root} only the gateway and its operator "
+                f"group {group!r} may read; be in it (usermod -aG {group} $USER), then log in "
+                f"again or run newgrp {group} (a new membership counts from the next login)"
+            )
+    return str(exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "config"):
         args.config = None
     setup_logging(None, getattr(args, "log_level", None))
+    root: Path | None = None
     try:
         specs = load_specs()
         settings = _settings(args, specs)
+        root = settings.root.absolute()
         threaded = args.func is cmd_serve  # the one command with an event loop to keep free
         setup_logging(settings, getattr(args, "log_level", None), writer_thread=threaded)
         code: int = args.func(args, settings, specs)
@@ -443,7 +658,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # OSError: a path that is not a directory, a file it may not read... its message
         # names the path and the reason; a traceback would add nothing for an operator
         logs.stop_writer()  # the lines logged before it come first
-        sys.stderr.write(f"jazz-bridge: error: {logs.mask(str(exc))}\n")
+        text = _os_error(exc, root) if isinstance(exc, OSError) else str(exc)
+        sys.stderr.write(f"jazz-bridge: error: {logs.mask(text)}\n")
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

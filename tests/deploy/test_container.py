@@ -186,6 +186,7 @@ def test_the_entrypoint_repairs_then_serves_and_the_health_check_follows_it(
         "JAZZ_BRIDGE_ACCOUNTS__UID_MAX": str(uid_range[1]),
     }
     assert _health(env).returncode != 0  # nothing listens yet: the check fails
+    shared_root.mkdir()  # the image's WORKDIR (the volume's mount point): empty at first
     proc = subprocess.Popen(
         [str(CONTAINER / "entrypoint.sh")],
         env=env,

@@ -259,6 +259,7 @@ async def test_the_gateway_provisions_runs_and_stops_runs_under_the_units_capabi
     )
     cli = [sys.executable, "-m", "bridge.cli"]
     env["PYTHONPATH"] = str(REPO)
+    shared_root.mkdir()  # tmpfiles.d's line makes the (empty) root before the first start
     # ExecStartPre
     pre = subprocess.run(
         [*_setpriv(caps), *cli, "repair"], env=env, capture_output=True, text=True, timeout=120

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import stat
@@ -108,3 +109,26 @@ def test_isolation_on_without_root_is_refused(nobody_dir: Path) -> None:
     )
     assert env_on.returncode == 2
     assert "needs root" in env_on.stderr
+
+
+@needs_root
+def test_a_reader_outside_the_operator_group_is_told_how_to_join(nobody_dir: Path) -> None:
+    """An operator not (yet) in the group: the denied path and the way in, not a bare errno."""
+    root = nobody_dir / "gw-root"
+    made = subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "homes", "ensure", "web:x", "--root", str(root)],
+        env={**os.environ, "JAZZ_BRIDGE_ISOLATION": "off"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    (root / "state" / "bridge.db").touch()
+    group = grp.getgrgid(os.stat(root).st_gid).gr_name
+    out = _as_nobody(
+        sys.executable, "-m", "bridge.cli", "homes", "list", "--root", str(root), cwd=nobody_dir
+    )
+    assert out.returncode == 2, out.stderr
+    line = out.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"jazz-bridge: error: permission denied: {root / 'state'}"), line
+    assert f"operator group {group!r}" in line and f"newgrp {group}" in line, line

@@ -267,3 +267,49 @@ def test_repair_deep_still_walks_every_home(tmp_path: Path) -> None:
     report = repair(info, isolated=False, deep=True, force=True)
     assert report.ok and report.homes == 3 and report.deep.checked > 0, report.as_dict()
     assert all(mode(p) == 0o600 for p in planted)
+
+
+def _repair_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "repair", *args],
+        env={**os.environ, "JAZZ_BRIDGE_ISOLATION": "off"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_repair_deep_from_the_cli_walks_homes_already_marked(tmp_path: Path) -> None:
+    """An operator's --deep walks every home; the marker spares only the gateway's own walk."""
+    info = init_root(tmp_path / "r")
+    home = Homes(info, isolated=False).ensure("web:marked")
+    assert (home.path / ".permissions-repaired").is_file()
+    planted = make(home.path / "workspace" / "open.txt", 0o644)
+    out = _repair_cli("--root", str(info.layout.root), "--deep", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["deep"]["checked"] > 0
+    assert mode(planted) == 0o600
+    again = make(home.path / "workspace" / "again.txt", 0o644)
+    assert _repair_cli("--root", str(info.layout.root), "--force").returncode == 0
+    assert mode(again) == 0o600  # --force: the same as --deep
+
+
+def test_repair_names_a_root_with_no_gateway_state(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexist"
+    out = _repair_cli("--root", str(missing))
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"jazz-bridge: error: no gateway state at {missing} (it does ")
+    assert f"jazz-bridge init --root {missing}" in out.stderr and "Traceback" not in out.stderr
+    assert not missing.exists()
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    (stranger / "notes.txt").write_text("not a gateway root")
+    out = _repair_cli("--root", str(stranger))
+    assert out.returncode == 2 and "has no state/ directory" in out.stderr
+    assert sorted(p.name for p in stranger.iterdir()) == ["notes.txt"]
+    # an empty directory made for a root (systemd-tmpfiles, a new volume) is set up
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    out = _repair_cli("--root", str(fresh))
+    assert out.returncode == 0, out.stderr
+    assert (fresh / "state").is_dir()
