@@ -143,12 +143,25 @@ def kill_many(targets: list[Target], deadline_s: float = 3.0) -> list[list[int]]
         pids = {pid for group in found for pid in group}
         if not pids:
             return found
+        # each one's process group too: a process that forks and exits in a loop is gone
+        # before its pid is signalled, while its group (kept by every generation) is not
+        ours = os.getpgid(0)
+        for pgid in {_pgid(pid) for pid in pids} - {None, ours}:
+            assert pgid is not None
+            signal_group(pgid, signal.SIGKILL)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         if time.monotonic() >= end:
             return scan(targets)
         time.sleep(0.01)  # poll interval while the kernel tears processes down (bounded)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 class Sweeps:

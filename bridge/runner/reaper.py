@@ -9,13 +9,15 @@ run. A cgroup would contain it, but an unprivileged gateway seldom has one to gi
 So a single-account run starts behind this small stdlib program (``wrap``), started with
 ``python -I -S``: it marks itself a *child subreaper* (``PR_SET_CHILD_SUBREAPER``, Linux
 3.4+), so every process the runner leaves behind is re-parented to it instead of to init,
-starts the runner in its own process group (the gateway's ``killpg`` reaches both), and
-once the runner has exited it SIGKILLs every process still below it, reaps them,
-and exits as the runner did (the same code, or the same signal). A SIGTERM (the gateway's
-stop, or the gateway dying: ``PR_SET_PDEATHSIG``) gives the runner half of the gateway's
-kill grace, then everything below is killed, so the gateway's own SIGKILL never has to take
-the reaper first and set the rest loose. Where ``prctl`` is missing the program simply
-becomes the runner (``exec``): the gateway's group and tag sweep still apply.
+and starts the runner in a session of its own, as the gateway does without it. A stop
+signal (the gateway's SIGTERM, or the gateway dying: ``PR_SET_PDEATHSIG``) is passed on to
+the runner's process group (and to the runner, should it have left that group); the runner
+gets half of the gateway's kill grace, then everything below the reaper is killed, so the
+gateway's own SIGKILL never has to take the reaper first and set the rest loose. Once the
+runner has exited, every process still below is SIGKILLed (each one's process group too: a
+group kill cannot be outrun by ``fork``) and reaped, and the reaper exits as the runner did
+(the same code, or the same signal). Where ``prctl`` is missing the program simply becomes
+the runner (``exec``): the gateway's group and tag sweep still apply.
 """
 
 from __future__ import annotations
@@ -49,8 +51,42 @@ def _prctl(option: int, value: int) -> bool:
         return False
 
 
+def _children(pid: int) -> list[int] | None:
+    """``pid``'s children (every thread's), None where the kernel does not list them."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone meanwhile
+    found: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                found.extend(int(child) for child in fh.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            return None  # no CONFIG_PROC_CHILDREN: the whole-/proc walk instead
+        except OSError:
+            continue
+    return found
+
+
 def _descendants(root: int) -> list[int]:
-    """Every live process below ``root`` (one pass over /proc; parents from ``stat``)."""
+    """Every process below ``root``: from the children lists (a few small reads, fast
+    enough to catch a process that forks and exits in a loop), else one pass over /proc."""
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        children = _children(todo.pop())
+        if children is None:
+            return _scanned_descendants(root)
+        found.extend(children)
+        todo.extend(children)
+    return found
+
+
+def _scanned_descendants(root: int) -> list[int]:
+    """:func:`_descendants` from every process's parent in ``/proc/<pid>/stat``."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -61,7 +97,7 @@ def _descendants(root: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) "
-        if len(fields) > 1 and fields[0] != b"Z":
+        if len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(int(name))
     found: list[int] = []
     todo = [root]
@@ -89,19 +125,46 @@ def kill_below(root: int, deadline_s: float = KILL_ROUNDS_S) -> None:
     while True:
         left = _kill(_descendants(root))
         if not _reap_any() and not left:
-            return
+            return  # no child at all: everything below is gone (orphans come to us)
         if time.monotonic() >= end:
             return
-        time.sleep(POLL_S)
+        if not left:
+            time.sleep(POLL_S)  # only dying ones left: let the kernel tear them down
 
 
 def _kill(pids: list[int]) -> list[int]:
+    """SIGKILL ``pids`` and their process groups (never the reaper's own)."""
+    ours = os.getpgid(0)
+    groups: set[int] = set()
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+        except ProcessLookupError:
+            pass
+    for group in groups - {ours}:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
     return pids
+
+
+def _relay(runner: int, signum: int) -> None:
+    """Pass a stop signal on to the runner's group, and to the runner if it left it."""
+    try:
+        os.killpg(runner, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        if os.getpgid(runner) != runner:
+            os.kill(runner, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _exit_as(status: int) -> None:
@@ -135,17 +198,15 @@ def main(args: Sequence[str]) -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     me = os.getpid()
     runner = 0
-    stopping = False
+    stopped: list[int] = []  # the stop signal, once one came
+    relayed: list[int] = []
 
     def on_stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        if runner and os.getppid() != gateway:
-            try:  # the gateway is gone: nobody else told the runner
-                os.kill(runner, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        if not stopping:
-            stopping = True
+        if runner:  # (one that comes before the spawn is relayed right after it)
+            _relay(runner, signum)
+            relayed.append(signum)
+        if not stopped:
+            stopped.append(signum)
             signal.setitimer(signal.ITIMER_REAL, kill_after)
 
     def on_alarm(signum: int, frame: object) -> None:
@@ -157,11 +218,14 @@ def main(args: Sequence[str]) -> None:
     if os.getppid() != gateway:  # the gateway died before the death signal was armed
         os._exit(1)
     try:
-        # as subprocess does: the signals Python itself ignores are default again for it
-        runner = os.posix_spawnp(argv[0], argv, os.environ, setsigdef=RESTORED_SIGNALS)
+        # a session of its own, as the gateway starts a runner; and as subprocess does,
+        # the signals Python itself ignores are default again for it
+        runner = os.posix_spawnp(argv[0], argv, os.environ, setsid=True, setsigdef=RESTORED_SIGNALS)
     except OSError as exc:
         sys.stderr.write(f"cannot start {argv[0]!r}: {exc.strerror}\n")
         os._exit(127)
+    if stopped and not relayed:
+        _relay(runner, stopped[0])
     while True:
         try:
             pid, status = os.waitpid(-1, 0)

@@ -20,6 +20,8 @@ Every process it starts notes its pid, uid, session and group in
              no run tag), answers once it runs
   noterm     ignores SIGTERM (and so does its child), sleeps
   wait NAME  answers once $FAKE_DIR/release-NAME exists (bounded: 60 s)
+  forkchain  leaves a process that called setsid and forks and exits in a loop (each
+             generation lives for microseconds), answers
   graceful   works until SIGTERM, then finishes its answer and exits 0 (a runner that
              completes the turn it was in when stopped)
 """
@@ -143,6 +145,16 @@ def main() -> int:
         pid = daemonize(os.path.join(FAKE_DIR, f"daemon-{os.getpid()}"))
         note(event="children", children=[pid])
         out.write(envelope("answered, a daemon left behind") + "\n")
+        out.flush()
+        return 0
+    if word == "forkchain":
+        if os.fork() == 0:
+            os.setsid()
+            note(event="chain")  # its session is every generation's
+            while True:
+                if os.fork() != 0:
+                    os._exit(0)
+        out.write(envelope("answered, a fork chain left behind") + "\n")
         out.flush()
         return 0
     if word == "graceful":

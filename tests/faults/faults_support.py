@@ -118,12 +118,15 @@ def leftovers(
     """Processes (zombies included) of these uids, these pids, or in these sessions/groups.
 
     Also every zombie child of this process (the in-process gateway must reap its runs).
+    Not a zombie that init holds: an orphan whose parent died is init's to reap (it runs
+    nothing and holds nothing), and this machine's init reaps slowly.
     """
     me = os.getpid()
     return [
         p
         for p in all_procs()
         if p.pid != me
+        and not (p.state == "Z" and p.ppid == 1)
         and (
             p.uid in uids
             or p.pid in pids

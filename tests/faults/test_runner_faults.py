@@ -197,6 +197,19 @@ def children(fake_dir: Path) -> list[list[int]]:
 
 
 @ISOLATION
+async def test_a_fork_chain_is_swept(env: dict[str, str], fake_dir: Path, isolation: str) -> None:
+    """A leftover that forks and exits in a loop: each generation lives microseconds, so a
+    sweep that looks a process up and then kills it is always one generation late."""
+    env["JAZZ_BRIDGE_ISOLATION"] = isolation
+    async with running_gateway(env) as (_, client):
+        await client.post("c", "forkchain")
+        answers = await client.wait_role("c", "assistant", timeout=30)
+        assert answers[0]["text"].startswith("answered, a fork chain left behind")
+        await wait_until(lambda: any(n.get("event") == "chain" for n in notes(fake_dir)))
+        await nothing_left(fake_dir)  # nothing in the chain's session
+
+
+@ISOLATION
 @pytest.mark.parametrize("how", ["timeout", "stop"])
 async def test_a_runner_that_ignores_sigterm_is_killed(
     env: dict[str, str],
