@@ -119,29 +119,23 @@ class Deliverer:
                 await self._mark(rec, ReplyState.SENDING)
             retrying = True
             was_in_doubt = doubt
+            # an earlier try may have landed and nobody could look: this one may be a copy
+            blind = doubt and not confirms
             try:
-                found = None
                 if doubt and confirms:
                     assert isinstance(surface, ConfirmsDelivery)
-                    found = await self._landed(surface, rec, last=attempt >= MAX_ATTEMPTS)
-                if found is not None:
-                    log.info("reply %d had landed before (%s): not sent again", rec.id, found)
-                    await self._mark(rec, ReplyState.SENT, platform_ref=found)
-                    self.metrics.replies.labels(rec.target.surface, "confirmed").inc()
-                    return True
-                if doubt and not confirms:  # an earlier try may have landed: maybe twice
-                    log.warning(
-                        "reply %d: sent again after a try whose outcome is unknown (%s cannot "
-                        "look it up), so it may show twice",
-                        rec.id,
-                        rec.target.surface,
-                    )
-                    self.metrics.replies.labels(rec.target.surface, "resent_unconfirmed").inc()
+                    found, told = await self._landed(surface, rec, last=attempt >= MAX_ATTEMPTS)
+                    if found is not None:
+                        log.info("reply %d had landed before (%s): not sent again", rec.id, found)
+                        await self._mark(rec, ReplyState.SENT, platform_ref=found)
+                        self.metrics.replies.labels(rec.target.surface, "confirmed").inc()
+                        return True
+                    blind = not told
                 doubt = True  # from here on, a failed attempt may have landed
                 ref = await self._send(surface, rec)
             except DeliveryError as exc:
                 if exc.retry_after > 0 and not exc.permanent:
-                    # rate limited: refused, so not posted; wait it out, bounded in all
+                    # rate limited: refused, so not posted (nor a copy); wait it out, bounded
                     attempt -= 1
                     doubt = was_in_doubt
                     retrying = False  # the next try is not counted as a retry either
@@ -150,17 +144,20 @@ class Deliverer:
                     if limited > MAX_RATE_LIMITED_S:
                         await self._failed(rec, f"{exc} (rate limited for {limited:.0f}s)")
                         return False
-                elif exc.permanent or attempt >= MAX_ATTEMPTS:
-                    await self._failed(rec, str(exc))
-                    return False
                 else:
+                    self._maybe_twice(rec, blind)
+                    if exc.permanent or attempt >= MAX_ATTEMPTS:
+                        await self._failed(rec, str(exc))
+                        return False
                     delay = min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
             except (OSError, TimeoutError) as exc:
+                self._maybe_twice(rec, blind)
                 if attempt >= MAX_ATTEMPTS:
                     await self._failed(rec, f"{type(exc).__name__}: {exc}")
                     return False
                 delay = min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
             else:
+                self._maybe_twice(rec, blind)
                 await self._mark(rec, ReplyState.SENT, platform_ref=ref)
                 self.metrics.replies.labels(rec.target.surface, "sent").inc()
                 return True
@@ -171,20 +168,31 @@ class Deliverer:
             self.metrics.replies.labels(rec.target.surface, "retried").inc()
             await asyncio.sleep(delay)  # backoff between attempts, not synchronisation
 
+    def _maybe_twice(self, rec: ReplyRecord, blind: bool) -> None:
+        """Count (and say) a try that was made blind after one that may have landed."""
+        if blind:
+            log.warning(
+                "reply %d: sent again after a try whose outcome is unknown, without being "
+                "able to look it up on %s: it may show twice",
+                rec.id,
+                rec.target.surface,
+            )
+            self.metrics.replies.labels(rec.target.surface, "resent_unconfirmed").inc()
+
     async def _landed(
         self, surface: ConfirmsDelivery, rec: ReplyRecord, *, last: bool
-    ) -> str | None:
-        """Where the reply landed, if it did. On the last attempt, "cannot tell" means send:
-        a second copy is better than no answer at all."""
+    ) -> tuple[str | None, bool]:
+        """Where the reply landed (None: not there), and whether the surface could tell. On
+        the last attempt, "cannot tell" means send: a second copy beats no answer at all."""
         try:
-            return await surface.find_sent(rec.target, rec.dedupe_key)
+            return await surface.find_sent(rec.target, rec.dedupe_key), True
         except (DeliveryError, OSError, TimeoutError) as exc:
             if not last:
                 raise
             log.warning(
                 "reply %d: cannot tell whether it landed (%s); sending it again", rec.id, exc
             )
-            return None
+            return None, False
 
     async def _mark(
         self,
