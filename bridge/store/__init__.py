@@ -17,6 +17,7 @@ from .base import (
     StoreError,
     StoreFull,
     StoreSchemaTooNew,
+    StoreUnavailable,
     TranscriptEntry,
 )
 from .retry import StoreRetry
@@ -37,5 +38,6 @@ __all__ = [
     "StoreFull",
     "StoreRetry",
     "StoreSchemaTooNew",
+    "StoreUnavailable",
     "TranscriptEntry",
 ]

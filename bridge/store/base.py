@@ -25,7 +25,13 @@ class StoreSchemaTooNew(StoreError):
     """The database was written by a newer jazz-bridge; it is refused and left untouched."""
 
 
-class StoreFull(StoreError):
+class StoreUnavailable(StoreError):
+    """The store cannot be written right now (a full disk, a lock held too long, an I/O
+    error): the write was not made, and the same write may succeed later. Other store
+    errors (a row that is not there, a constraint) will not: they are not retried."""
+
+
+class StoreFull(StoreUnavailable):
     """The disk holding the store is full: the write was not made (intake answers 507)."""
 
 

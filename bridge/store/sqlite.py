@@ -51,6 +51,7 @@ from .base import (
     StoreError,
     StoreFull,
     StoreSchemaTooNew,
+    StoreUnavailable,
     TranscriptEntry,
 )
 
@@ -239,6 +240,8 @@ class SqliteStore(Store):
     def _store_error(self, exc: sqlite3.Error) -> StoreError:
         if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL:
             return StoreFull(f"store {self.path}: the disk is full ({exc}); nothing was written")
+        if isinstance(exc, sqlite3.OperationalError):  # busy, locked, I/O: a condition
+            return StoreUnavailable(f"store {self.path}: {exc}")
         return StoreError(f"store {self.path}: {exc}")
 
     async def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
