@@ -38,6 +38,7 @@ from .config import CoreSettings
 from .delivery import Deliverer
 from .errors import RunnerError
 from .files import check_in_home, save_attachment
+from .logs import mask
 from .markdown import split_markdown
 from .metrics import Metrics
 from .model import Attachment, Inbound, InboxState, Outgoing, ReplyKind, ReplyTarget
@@ -1021,7 +1022,8 @@ def _failure_text(result: RunResult, stopped_by: str | None) -> str:
     if result.code in ("no_envelope", "bad_envelope") and result.stderr_tail:
         tail = "\n".join(result.stderr_tail[-5:])[-800:]
         text += f"\n\n```\n{tail}\n```"
-    return text
+    # what a runner printed goes to the chat: a key it was given (runner.extra_env) must not
+    return mask(text)
 
 
 def _utc_midnight() -> float:

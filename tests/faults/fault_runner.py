@@ -22,6 +22,7 @@ Every process it starts notes its pid, uid, session and group in
   wait NAME  answers once $FAKE_DIR/release-NAME exists (bounded: 60 s)
   forkchain  leaves a process that called setsid and forks and exits in a loop (each
              generation lives for microseconds), answers
+  leak       prints the value of $PROVIDER_API_KEY on stderr, exits 1 without an envelope
   graceful   works until SIGTERM, then finishes its answer and exits 0 (a runner that
              completes the turn it was in when stopped)
 """
@@ -147,6 +148,9 @@ def main() -> int:
         out.write(envelope("answered, a daemon left behind") + "\n")
         out.flush()
         return 0
+    if word == "leak":
+        sys.stderr.write(f"auth failed with key {os.environ.get('PROVIDER_API_KEY')}\n")
+        return 1
     if word == "forkchain":
         if os.fork() == 0:
             os.setsid()

@@ -9,6 +9,7 @@ what happened (and the exit code where there is one), no process of the run is l
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -281,3 +282,18 @@ async def test_an_answer_that_beats_the_shutdown_is_kept_not_interrupted(
         assert answers[0]["text"].startswith("finished on SIGTERM")
         notices = [m["text"] for m in await client.messages("g") if m["role"] != "user"]
         assert not [t for t in notices if "send" in t and "again" in t], notices
+
+
+async def test_a_key_the_runner_prints_is_masked_in_the_chat(
+    env: dict[str, str], fake_dir: Path, tmp_path: Path
+) -> None:
+    """The reply to a failed run shows the runner's last stderr lines; a key the gateway
+    gave the run (``runner.extra_env``) is masked there as in the logs."""
+    key = "sk-test-0123456789abcdef"
+    extra = json.loads(env["JAZZ_BRIDGE_RUNNER__EXTRA_ENV"])
+    env["JAZZ_BRIDGE_RUNNER__EXTRA_ENV"] = json.dumps({**extra, "PROVIDER_API_KEY": key})
+    async with serve(env, tmp_path) as (_, client):
+        await client.post("k", "leak")
+        (error,) = await client.wait_role("k", "error", timeout=30)
+    assert "auth failed with key" in error["text"], error["text"]
+    assert key not in error["text"], error["text"]
