@@ -58,9 +58,9 @@ def provision(settings: CoreSettings, *, repair_homes: bool = True) -> Provision
     """Create/repair the root, recreate lost accounts, repair homes. Blocking.
 
     The start-up repair is the shallow entrypoint repair (root, top level, each home's own
-    owner and mode); each home's deep walk runs when ``Homes.ensure`` first provisions
-    that conversation in this process, before its next run (``jazz-bridge repair --deep``
-    walks them all at once).
+    owner and mode); a home's deep walk runs once, when ``Homes.ensure`` first provisions
+    that conversation, and its marker (``.permissions-repaired``) records it
+    (``jazz-bridge repair --deep`` walks every home again, marker or not).
     """
     isolated = resolve_isolation(settings.isolation)
     blocked = untraversable_ancestor(settings.root) if isolated else None

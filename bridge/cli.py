@@ -479,16 +479,13 @@ def cmd_doctor(
     args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
 ) -> int:
     from .doctor import config_checks, platform_checks, run_checks
-    from .rules import warnings
     from .runner import default_command
 
-    for line in warnings(settings, specs):  # a section left off by a missing credential
-        log.warning("%s", line)
     command, _reference = default_command(settings.runner.command)
     checks = config_checks(settings, specs) + run_checks(settings, command)
     checks += asyncio.run(platform_checks(settings, specs))
     if args.json:
-        _dump([{"ok": c.ok, "check": c.what, "fix": c.fix} for c in checks])
+        _dump([{"ok": c.ok, "warn": c.warn, "check": c.what, "fix": c.fix} for c in checks])
     else:
         for check in checks:
             _out(check.line())

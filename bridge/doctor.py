@@ -48,8 +48,11 @@ class Check:
     ok: bool
     what: str
     fix: str = ""
+    warn: bool = False  # passed, with something to look at (``fix`` says what)
 
     def line(self) -> str:
+        if self.warn:
+            return f"WARN {self.what} -> {self.fix}"
         return f"{'OK  ' if self.ok else 'FAIL'} {self.what}" + (
             "" if self.ok else f" -> {self.fix}"
         )
@@ -72,10 +75,15 @@ def config_checks(settings: CoreSettings, specs: dict[str, AdapterSpec]) -> list
     """The configuration against the rules serve starts by (:mod:`.rules`): one failed check
     per rule broken, its fix the line serve would refuse to start with."""
     broken = rules.problems(settings, specs)
-    if not broken:
-        return [Check(True, "configuration is valid")]
     masker = SecretMasker(secret_values(settings))
-    return [Check(False, "configuration is valid", masker.mask(line)) for line in broken]
+    # sections that stay off for a missing credential: not broken, but most likely meant on
+    dormant = [
+        Check(True, "configured sections are on", masker.mask(line), warn=True)
+        for line in rules.warnings(settings, specs)
+    ]
+    if not broken:
+        return [Check(True, "configuration is valid"), *dormant]
+    return [Check(False, "configuration is valid", masker.mask(line)) for line in broken] + dormant
 
 
 def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]:

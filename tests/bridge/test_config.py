@@ -357,7 +357,7 @@ def test_a_platform_configured_without_its_token_is_a_warning_everywhere(tmp_pat
     assert checked.returncode == 0, checked.stderr
     assert warning in checked.stderr and "WARNING" in checked.stderr
     doctor = _cli(tmp_path, env, "doctor")
-    assert warning in doctor.stderr
+    assert f"WARN configured sections are on -> {warning}" in doctor.stdout  # in its report
     # serve says it before anything else (here it then refuses: no adapter left on)
     served = _cli(tmp_path, {**env, "JAZZ_BRIDGE_WEB__ENABLED": "false"}, "serve")
     assert served.returncode == 2 and warning in served.stderr
