@@ -54,7 +54,7 @@ from .progress import ProgressState, cost_text, summary
 from .reporter import ProgressReporter
 from .runner import RunHandle, RunnerBackend, RunRequest, RunResult
 from .runner.base import PROMPT_EVENTS
-from .runner.procs import kill_all
+from .runner.procs import kill_all, sweep_accounts
 from .store import (
     MessageRecord,
     NewReply,
@@ -167,6 +167,12 @@ class Engine:
         expired = await self.store.expire_prompts(None)
         if expired:
             log.info("expired %d prompt(s) left from before the restart", expired)
+        if self.homes.isolated and self.homes.registry is not None:
+            registry = self.homes.registry
+            uids = {a.uid for a in (await asyncio.to_thread(registry.all)).values()}
+            swept = await asyncio.to_thread(sweep_accounts, uids)
+            if swept:
+                log.warning("killed what %d conversation account(s) left running", len(swept))
         interrupted: list[ReplyRecord] = []
         for msg in await self.store.messages_in_state(InboxState.RUNNING):
             await self._kill_leftovers(msg)

@@ -6,6 +6,7 @@ name, so tests import helpers from here and take fixtures from the conftest file
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import json
 import os
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from bridge.runner.procs import AccountKillError, kill_account
 
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (real accounts and groups)")
@@ -52,7 +55,12 @@ def _uid_free(uid: int) -> bool:
 
 
 def remove_accounts(map_path: Path) -> None:
-    """Delete every account a test's uid map recorded (throwaway accounts)."""
+    """Delete every account a test's uid map recorded (throwaway accounts).
+
+    Whatever still runs as one is killed first: a test that failed may have left a runner's
+    child behind (a fork chain left running loads the machine for every later test), and
+    ``userdel`` refuses an account with processes.
+    """
     try:
         data = json.loads(map_path.read_text())
     except (OSError, ValueError):
@@ -60,5 +68,9 @@ def remove_accounts(map_path: Path) -> None:
     for entry in data.get("accounts", {}).values():
         name = entry.get("name")
         if isinstance(name, str) and name.startswith("jb-"):
+            uid = entry.get("uid")
+            if isinstance(uid, int) and uid > 0:
+                with contextlib.suppress(AccountKillError, ValueError):
+                    kill_account(uid)
             subprocess.run(["userdel", name], check=False, capture_output=True)
             subprocess.run(["groupdel", name], check=False, capture_output=True)

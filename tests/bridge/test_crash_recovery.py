@@ -6,6 +6,7 @@ Nothing acknowledged is lost, nothing runs twice, nothing is replied twice.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -190,3 +191,32 @@ def test_no_config_at_all_serves_the_web_chat(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=15)
     assert "reference runner" in err and "NOT an AI" in err
     remove_accounts(tmp_path / "jazz-bridge-home" / "state" / "accounts.json")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (one account per conversation)")
+async def test_a_restart_kills_what_a_conversation_account_left_running(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A process left by a run that ended with the gateway (here: started as the account
+    while the gateway was down) is killed when the gateway starts, before any new run."""
+    async with serve(env, tmp_path) as (proc, client):
+        await client.post("l", "hello")
+        await client.wait_role("l", "assistant")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    accounts = json.loads((tmp_path / "root" / "state" / "accounts.json").read_text())
+    (entry,) = accounts["accounts"].values()
+    switch = ["setpriv", f"--reuid={entry['uid']}", f"--regid={entry['gid']}", "--clear-groups"]
+    leftover = subprocess.Popen(
+        [*switch, "sleep", "600"],
+        start_new_session=True,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+    )
+    try:
+        async with serve(env, tmp_path):
+            await wait_until(lambda: leftover.poll() is not None, 15, "the leftover killed")
+        assert leftover.returncode == -signal.SIGKILL
+    finally:
+        leftover.kill()
+        leftover.wait(timeout=10)

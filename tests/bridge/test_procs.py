@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -74,3 +75,45 @@ async def test_sweeps_waiting_together_share_one_scan(
     assert calls == [1, 3]  # the three that waited together: one scan
     assert not any(_alive(p) for p in [first, *pids])
     assert _alive(stranger)
+
+
+def test_an_account_kill_refuses_root() -> None:
+    with pytest.raises(ValueError, match="every process on the host"):
+        procs.kill_account(0)
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # one nobody can run (the venv's may sit under /root)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
+    reason="needs root (to start a process as nobody) and /usr/bin/python3",
+)
+def test_an_account_kill_ends_a_fork_chain_that_scans_cannot_see() -> None:
+    """The chain holds a pipe's write end in every generation: end-of-file on the read end
+    says the last one is gone (a /proc scan cannot tell)."""
+    nobody = 65534
+    if procs.run_processes(None, nobody):
+        pytest.skip("something already runs as nobody on this host")
+    chain = (
+        "import os\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    while True:\n"
+        "        if os.fork() != 0:\n"
+        "            os._exit(0)\n"
+    )
+    switch = ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups"]
+    read, write = os.pipe()
+    subprocess.run(
+        [*switch, SYSTEM_PYTHON, "-I", "-S", "-c", chain],
+        pass_fds=(write,),
+        check=True,
+    )
+    os.close(write)
+    try:
+        procs.kill_account(nobody)
+        ready, _, _ = select.select([read], [], [], 10)
+        assert ready and os.read(read, 1) == b"", "the fork chain outlived the account kill"
+    finally:
+        os.close(read)

@@ -21,7 +21,9 @@ Every process it starts notes its pid, uid, session and group in
   noterm     ignores SIGTERM (and so does its child), sleeps
   wait NAME  answers once $FAKE_DIR/release-NAME exists (bounded: 60 s)
   forkchain  leaves a process that called setsid and forks and exits in a loop (each
-             generation lives for microseconds), answers
+             generation lives for microseconds), answers; every generation holds the
+             write end of $FAKE_DIR/chain.fifo (when the test made one), so the test's
+             read end sees end-of-file exactly when the last generation is gone
   leak       prints the value of $PROVIDER_API_KEY on stderr, exits 1 without an envelope
   graceful   works until SIGTERM, then finishes its answer and exits 0 (a runner that
              completes the turn it was in when stopped)
@@ -152,6 +154,10 @@ def main() -> int:
         sys.stderr.write(f"auth failed with key {os.environ.get('PROVIDER_API_KEY')}\n")
         return 1
     if word == "forkchain":
+        try:  # opened before the fork: every generation inherits it (fork keeps CLOEXEC fds)
+            os.open(os.path.join(FAKE_DIR, "chain.fifo"), os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            pass  # no test reading it
         if os.fork() == 0:
             os.setsid()
             note(event="chain")  # its session is every generation's

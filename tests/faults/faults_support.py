@@ -119,7 +119,7 @@ def leftovers(
 
     Also every zombie child of this process (the in-process gateway must reap its runs).
     Not a zombie that init holds: an orphan whose parent died is init's to reap (it runs
-    nothing and holds nothing), and this machine's init reaps slowly.
+    nothing and holds nothing), and init reaps it in its own time.
     """
     me = os.getpid()
     return [

@@ -202,12 +202,30 @@ async def test_a_fork_chain_is_swept(env: dict[str, str], fake_dir: Path, isolat
     """A leftover that forks and exits in a loop: each generation lives microseconds, so a
     sweep that looks a process up and then kills it is always one generation late."""
     env["JAZZ_BRIDGE_ISOLATION"] = isolation
-    async with running_gateway(env) as (_, client):
-        await client.post("c", "forkchain")
-        answers = await client.wait_role("c", "assistant", timeout=30)
-        assert answers[0]["text"].startswith("answered, a fork chain left behind")
-        await wait_until(lambda: any(n.get("event") == "chain" for n in notes(fake_dir)))
-        await nothing_left(fake_dir)  # nothing in the chain's session
+    # A /proc scan cannot prove the chain gone (it misses it as the gateway's scan did):
+    # every generation holds this FIFO's write end, so end-of-file here is exact.
+    fifo = fake_dir / "chain.fifo"
+    os.mkfifo(fifo)
+    fifo.chmod(0o666)  # the run's account opens it
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        async with running_gateway(env) as (_, client):
+            await client.post("c", "forkchain")
+            answers = await client.wait_role("c", "assistant", timeout=30)
+            assert answers[0]["text"].startswith("answered, a fork chain left behind")
+            await wait_until(lambda: any(n.get("event") == "chain" for n in notes(fake_dir)))
+            await wait_until(lambda: not_held(reader), 15, "the fork chain to be gone")
+            await nothing_left(fake_dir)  # nor anything else of the run
+    finally:
+        os.close(reader)
+
+
+def not_held(reader: int) -> bool:
+    """True once no process holds the FIFO's write end (end-of-file on the read end)."""
+    try:
+        return os.read(reader, 1) == b""
+    except BlockingIOError:
+        return False  # a writer still has it open
 
 
 @ISOLATION
