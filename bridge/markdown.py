@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 _md = MarkdownIt("commonmark").enable("table")
 
@@ -88,12 +90,25 @@ class _Block:
     items: tuple[_Item, ...] = ()  # list items nested inside it
 
 
+def _within(
+    tokens: list[Token], starts: list[int], start: int, end: int
+) -> Iterator[tuple[Token, tuple[int, int]]]:
+    """The ``tokens`` (sorted by their first line, ``starts``) that lie in lines
+    ``start:end``: found by bisection, so each token is looked at for one block only."""
+    for tok in tokens[bisect.bisect_left(starts, start) : bisect.bisect_left(starts, end)]:
+        if tok.map is not None and tok.map[1] <= end:
+            yield tok, (tok.map[0], tok.map[1])
+
+
 def _blocks(text: str) -> list[_Block]:
     """Top-level blocks, each with the code blocks and list items nested in it."""
     lines = text.split("\n")
     tokens = _md.parse(text)
+    # in document order, so sorted by their first line
     nested = [t for t in tokens if t.type == "fence" and t.level > 0 and t.map is not None]
+    nested_at = [t.map[0] for t in nested if t.map is not None]
     list_items = [t for t in tokens if t.type == "list_item_open" and t.map is not None]
+    items_at = [t.map[0] for t in list_items if t.map is not None]
     blocks: list[_Block] = []
     last_end = 0
     for tok in tokens:
@@ -111,18 +126,14 @@ def _blocks(text: str) -> list[_Block]:
             blocks.append(_Block(source, "fence", tok.info))
         elif tok.type in _CONTAINERS:
             fences = tuple(
-                _Fence(f.map[0] - start, f.map[1] - start, f.markup, f.info)
-                for f in nested
-                if f.map is not None and start <= f.map[0] and f.map[1] <= end
+                _Fence(a - start, b - start, f.markup, f.info)
+                for f, (a, b) in _within(nested, nested_at, start, end)
             )
             items = []
-            for t in list_items:
-                if t.map is None or not (start <= t.map[0] and t.map[1] <= end):
-                    continue
-                mark = _ITEM_MARK.match(lines[t.map[0]])
+            for _, (a, b) in _within(list_items, items_at, start, end):
+                mark = _ITEM_MARK.match(lines[a])
                 if mark:
-                    stub = mark.group(1) + mark.group(2) + " …"
-                    items.append(_Item(t.map[0] - start, t.map[1] - start, stub))
+                    items.append(_Item(a - start, b - start, mark.group(1) + mark.group(2) + " …"))
             blocks.append(_Block(source, "container", fences=fences, items=tuple(items)))
         elif tok.type == "table_open":
             blocks.append(_Block(source, "table"))
@@ -205,28 +216,31 @@ def _spans(text: str) -> list[tuple[int, int]]:
             end = brackets[end] + 1
         spans.append((start, end))
     # emphasis: a run that can open, up to the next run of the same marker that can close
-    openers: list[tuple[str, int, int]] = []
+    # the openers still open, in order, and the same by (marker, run length): a closer
+    # takes the latest opener of its kind and ends the openers opened after it
+    openers: list[tuple[tuple[str, int], int]] = []
+    by_kind: dict[tuple[str, int], list[int]] = {}
     for m in re.finditer(r"\*+|_+|~+", text):
         start, end = m.start(), m.end()
         if in_code(start) or (start > 0 and text[start - 1] == "\\"):
             continue
         before = text[start - 1] if start > 0 else " "
         after = text[end] if end < len(text) else " "
-        marker = text[start]
+        kind = (text[start], end - start)
         can_open = not after.isspace()
         can_close = not before.isspace()
-        if marker == "_":
+        if kind[0] == "_":
             can_open = can_open and not before.isalnum()
             can_close = can_close and not after.isalnum()
-        if can_close:
-            for k in range(len(openers) - 1, -1, -1):
-                if openers[k][0] == marker and openers[k][2] - openers[k][1] == end - start:
-                    spans.append((openers[k][1], end))
-                    del openers[k:]
-                    can_open = False
-                    break
+        if can_close and by_kind.get(kind):
+            opened = by_kind[kind][-1]
+            spans.append((opened, end))
+            while openers and openers[-1][1] >= opened:
+                by_kind[openers.pop()[0]].pop()
+            can_open = False
         if can_open:
-            openers.append((marker, start, end))
+            openers.append((kind, start))
+            by_kind.setdefault(kind, []).append(start)
     spans.sort()
     merged: list[tuple[int, int]] = []
     for start, end in spans:
@@ -380,12 +394,19 @@ def _split_container(block: _Block, limit: int) -> list[str]:
         for i in range(f.start + 1, f.end):
             role[i] = (closed and i == last, f, form)
 
+    items = block.items  # by their first line
+    open_items: list[_Item] = []  # the items line ``i`` is in: its ancestors, outermost first
+    seen = 0  # items[:seen] have started
+
     def stubs(i: int, own: bool) -> list[str]:
-        return [
-            it.stub
-            for it in block.items
-            if (it.start < i or (own and it.start == i)) and i < it.end
-        ]
+        """The stubs of the items around line ``i`` (and of those starting on it when
+        ``own``); asked for lines in order, so each item is added and dropped once."""
+        nonlocal seen
+        while seen < len(items) and items[seen].start <= i:
+            open_items.append(items[seen])
+            seen += 1
+        open_items[:] = [it for it in open_items if i < it.end]
+        return [it.stub for it in open_items if it.start < i or (own and it.start == i)]
 
     parts: list[str] = []
     chunk: list[str] = []
@@ -484,7 +505,8 @@ def split_markdown(text: str, limit: int) -> list[str]:
     if len(text) <= limit:
         return [text] if text else []
     parts: list[str] = []
-    current = ""
+    current: list[str] = []  # the pieces of the part being filled, joined when it is full
+    size = -2  # the length of that part, once joined
     for block in _blocks(text):
         source = block.source
         if len(source) <= limit:
@@ -500,13 +522,11 @@ def split_markdown(text: str, limit: int) -> list[str]:
         else:
             pieces = _hard_split(source, limit)
         for piece in pieces:
-            joined = f"{current}\n\n{piece}" if current else piece
-            if len(joined) <= limit:
-                current = joined
-            else:
-                if current:
-                    parts.append(current)
-                current = piece
+            if current and size + 2 + len(piece) > limit:
+                parts.append("\n\n".join(current))
+                current, size = [], -2
+            current.append(piece)
+            size += 2 + len(piece)
     if current:
-        parts.append(current)
+        parts.append("\n\n".join(current))
     return parts

@@ -3,8 +3,15 @@ nothing lost (parsed back with the same CommonMark parser the splitter uses)."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from types import FrameType, ModuleType
+from typing import Any
+
+import pytest
 from markdown_it import MarkdownIt
 
+import bridge.markdown
 from bridge.markdown import split_markdown
 
 md = MarkdownIt("commonmark")
@@ -154,3 +161,45 @@ def test_any_line_break_is_a_line_break() -> None:
         assert all(len(p) <= 3484 for p in parts)
         assert "".join(parts).replace("\n", "").replace(" ", "") == ("ab-x" + body.replace(" ", ""))
         assert "\r" not in "".join(parts)
+
+
+def lines_run(fn: Callable[[], object], module: ModuleType) -> int:
+    """How many lines of ``module`` ran during ``fn()``: the work it did, counted the same
+    on any machine (a time would measure the machine; speed is measured in bench/)."""
+    count = 0
+
+    def local(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal count
+        count += event == "line"
+        return local
+
+    def calls(frame: FrameType, event: str, arg: object) -> Any:
+        return local if frame.f_code.co_filename == module.__file__ else None
+
+    sys.settrace(calls)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+LONG_INPUTS: dict[str, Callable[[int], str]] = {
+    "a flat list": lambda n: "\n".join(f"- item {i} with a few words" for i in range(n)),
+    "a nested list": lambda n: "\n".join("  " * (i % 6) + f"- item {i} words" for i in range(n)),
+    "many short lists": lambda n: "\n\n".join(f"- item {i}\n\nprose {i}" for i in range(n)),
+    "a long line of spans": lambda n: " ".join(f"`a{i}` *b{i}* [l](u{i})" for i in range(n)),
+    "emphasis that never closes": lambda n: " ".join(["*x"] * n + ["y**"] * n),
+    "a table": lambda n: "| a | b |\n|---|---|\n" + "\n".join(f"| {i} | x |" for i in range(n)),
+}
+
+
+@pytest.mark.parametrize("shape", LONG_INPUTS)
+def test_splitting_does_work_in_proportion_to_the_answer(shape: str) -> None:
+    """Twice the answer is about twice the work, not four times: a 1 MB list took 23 s
+    (every line looked at every list item of the answer), holding the event loop."""
+    make = LONG_INPUTS[shape]
+    small, large = (
+        lines_run(lambda n=n: split_markdown(make(n), 500), bridge.markdown) for n in (400, 800)
+    )
+    assert large / small < 2.5, (small, large)
