@@ -954,7 +954,9 @@ class Engine:
             )
         elif result.ok:
             body = result.answer if bubble else f"{result.answer}\n\n_{line}_"
-            for i, part in enumerate(split_markdown(body, limit - 16)):
+            # off the loop: a long answer takes a while to parse and split
+            parts = await asyncio.to_thread(split_markdown, body, limit - 16)
+            for i, part in enumerate(parts):
                 replies.append(
                     self._reply(msg, f"answer:{msg.id}:{i}", Outgoing(ReplyKind.ANSWER, part))
                 )
