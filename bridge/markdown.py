@@ -351,8 +351,6 @@ class _FenceForm:
 
     quotes: str
     indent: int
-    markup: str
-    info: str
 
     @property
     def nested(self) -> str:
@@ -373,7 +371,7 @@ def _form(lines: list[str], f: _Fence) -> _FenceForm:
     prefix = opener[:at] if at >= 0 else ""
     quotes = _QUOTES.match(prefix)
     q = quotes.group(0) if quotes else ""
-    return _FenceForm(q, len(prefix) - len(q), f.markup, f.info)
+    return _FenceForm(q, len(prefix) - len(q))
 
 
 def _split_container(block: _Block, limit: int) -> list[str]:
