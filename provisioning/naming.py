@@ -23,6 +23,7 @@ ACCOUNT_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]*$")
 HOME_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*-[0-9a-f]{16}$")
 
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # C0 controls and DEL
 
 
 def validate_thread_key(key: str) -> str:
@@ -31,7 +32,7 @@ def validate_thread_key(key: str) -> str:
         raise ThreadKeyError(f"thread key must be a string, got {type(key).__name__}")
     if not key.strip():
         raise ThreadKeyError("thread key is empty")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in key):
+    if _CONTROL.search(key):
         raise ThreadKeyError("thread key contains a control character (NUL, newline, ...)")
     try:
         size = len(key.encode("utf-8"))
