@@ -54,7 +54,7 @@ from .progress import ProgressState, cost_text, summary
 from .reporter import ProgressReporter
 from .runner import RunHandle, RunnerBackend, RunRequest, RunResult
 from .runner.base import PROMPT_EVENTS
-from .runner.procs import kill_all, sweep_accounts
+from .runner.procs import AccountKillError, kill_accounts, kill_all
 from .store import (
     MessageRecord,
     NewReply,
@@ -168,11 +168,14 @@ class Engine:
         if expired:
             log.info("expired %d prompt(s) left from before the restart", expired)
         if self.homes.isolated and self.homes.registry is not None:
+            # nothing runs yet: whatever an account runs was left by a run that ended with
+            # the gateway (one that finished just before it, or a daemon of any earlier one)
             registry = self.homes.registry
             uids = {a.uid for a in (await asyncio.to_thread(registry.all)).values()}
-            swept = await asyncio.to_thread(sweep_accounts, uids)
-            if swept:
-                log.warning("killed what %d conversation account(s) left running", len(swept))
+            try:
+                await asyncio.to_thread(kill_accounts, uids)
+            except AccountKillError as exc:
+                log.error("%s; each is killed again after its conversation's next run", exc)
         interrupted: list[ReplyRecord] = []
         for msg in await self.store.messages_in_state(InboxState.RUNNING):
             await self._kill_leftovers(msg)

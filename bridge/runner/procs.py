@@ -28,6 +28,7 @@ import os
 import pwd
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -134,26 +135,53 @@ def run_processes(tag: str | None, uid: int | None) -> list[int]:
     return scan([Target(tag, uid, None)])[0]
 
 
-def sweep_accounts(uids: set[int]) -> set[int]:
-    """Kill every process of these accounts that one /proc scan finds; the uids it found.
+# Run by a root helper process of its own (single-threaded, so a uid switch is the whole
+# process's): for each uid, become it (keeping root as the saved uid to come back),
+# kill(-1, SIGKILL), become root again. Three system calls per account.
+KILL_ACCOUNTS_PROGRAM = """
+import os, signal, sys
+for word in sys.stdin.read().split():
+    uid = int(word)
+    if uid <= 0:
+        continue
+    os.setresuid(uid, uid, 0)
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    finally:
+        os.setresuid(0, 0, 0)
+"""
+KILL_ACCOUNTS_TIMEOUT_S = 60.0  # one interpreter start and three calls per account
 
-    For a gateway's start: no run is active then, so anything an account still runs was
-    left by a run that ended with the gateway (a daemon, a child that outlived it). The
-    scan finds what stays put; a fork chain may slip past it, and is killed with its
-    account's next run's sweep.
+
+def kill_accounts(uids: set[int]) -> None:
+    """:func:`kill_account` for many accounts at once, by one root helper process.
+
+    For a gateway's start: no run is active then, so anything a conversation's account
+    still runs was left by a run that ended with the gateway (a daemon, a child that
+    outlived it, a fork chain no scan can see). Needs root (isolated mode has it).
     """
-    uids = {uid for uid in uids if uid != 0}
+    uids = {uid for uid in uids if uid > 0}
     if not uids:
-        return set()
-    me = os.getpid()
-    found = set()
-    for pid in _proc_pids():
-        status = _status(pid) if pid != me else None
-        if status is not None and status[0] in uids:
-            found.add(status[0])  # zombies too: a chain leaves a trail of them
-    if found:
-        kill_many([Target(None, uid, None) for uid in sorted(found)])
-    return found
+        return
+    try:
+        done = subprocess.run(  # a fixed program; the uids go on stdin
+            [sys.executable, "-I", "-S", "-c", KILL_ACCOUNTS_PROGRAM],
+            input=" ".join(str(uid) for uid in sorted(uids)).encode(),
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=KILL_ACCOUNTS_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise AccountKillError(f"cannot kill what {len(uids)} account(s) run: {exc}") from exc
+    if done.returncode != 0:
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        why = lines[-1] if lines else f"exit {done.returncode}"
+        raise AccountKillError(f"cannot kill what {len(uids)} account(s) run: {why}")
 
 
 def signal_group(pgid: int, sig: int) -> None:

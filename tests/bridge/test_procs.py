@@ -89,7 +89,8 @@ SYSTEM_PYTHON = "/usr/bin/python3"  # one nobody can run (the venv's may sit und
     os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
     reason="needs root (to start a process as nobody) and /usr/bin/python3",
 )
-def test_an_account_kill_ends_a_fork_chain_that_scans_cannot_see() -> None:
+@pytest.mark.parametrize("how", ["one", "many"])
+def test_an_account_kill_ends_a_fork_chain_that_scans_cannot_see(how: str) -> None:
     """The chain holds a pipe's write end in every generation: end-of-file on the read end
     says the last one is gone (a /proc scan cannot tell)."""
     nobody = 65534
@@ -112,7 +113,10 @@ def test_an_account_kill_ends_a_fork_chain_that_scans_cannot_see() -> None:
     )
     os.close(write)
     try:
-        procs.kill_account(nobody)
+        if how == "one":
+            procs.kill_account(nobody)
+        else:  # the start-up form: one root helper for every account (here one and two free)
+            procs.kill_accounts({nobody, 71999, 0})
         ready, _, _ = select.select([read], [], [], 10)
         assert ready and os.read(read, 1) == b"", "the fork chain outlived the account kill"
     finally:
