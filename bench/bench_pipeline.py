@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import grp
 import json
@@ -52,6 +53,7 @@ from bridge.app import GatewayApp
 from bridge.config import load_settings
 from bridge.plugins import load_specs
 from bridge.runner.cli import shared_interpreter
+from bridge.runner.procs import AccountKillError, kill_account
 from bridge.runner.spawn import start_process
 from provisioning.sandbox import setpriv_path
 
@@ -163,7 +165,8 @@ class Throwaway:
 
 
 def remove_gateway_accounts(root: Path) -> int:
-    """userdel/groupdel every ``jb-*`` account the gateway recorded under ``root``."""
+    """userdel/groupdel every ``jb-*`` account the gateway recorded under ``root`` (after
+    killing what still runs as it: ``userdel`` refuses an account with processes)."""
     try:
         doc = json.loads((root / "state" / "accounts.json").read_text())
     except (OSError, ValueError):
@@ -172,6 +175,10 @@ def remove_gateway_accounts(root: Path) -> int:
     for entry in (doc.get("accounts") or {}).values():
         name = str(entry.get("name", ""))
         if name.startswith("jb-"):
+            uid = entry.get("uid")
+            if isinstance(uid, int) and uid > 0:
+                with contextlib.suppress(AccountKillError):
+                    kill_account(uid)
             removed += quiet(["userdel", name])
             quiet(["groupdel", name])
     return removed
