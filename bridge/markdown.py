@@ -11,7 +11,10 @@ A list or quote longer than a message is cut between its lines. A part is read o
 so its start must mean what it meant in place: a code block a cut falls in is closed before
 the cut and reopened after it as a real fence (indented four spaces it would be an indented
 code block showing its backticks), keeping only the quote marks; an item nested in a list
-gets its ancestors back as ``…`` items, or it would read as a top-level item.
+gets its ancestors back as ``…`` items, or it would read as a top-level item. A code block
+is opened only with room for its closing line. Every part is within the limit, whatever
+the nesting: where the ancestors alone would nearly fill a part they are left out, and a
+block no cut can bring under the limit is cut as text.
 
 A paragraph longer than a message is cut at a space outside links, emphasis, code spans and
 HTML tags (a cut inside one shows its markers as text on both sides), and never before text
@@ -25,12 +28,15 @@ a preview of what a tool will do) so that its own backticks cannot close the wra
 from __future__ import annotations
 
 import bisect
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
+
+log = logging.getLogger(__name__)
 
 _md = MarkdownIt("commonmark").enable("table")
 
@@ -43,6 +49,7 @@ _BLOCK_START = re.compile(
     r"(?:[-+*](?:[ \t]|$)|#{1,6}(?:[ \t]|$)|>|[0-9]{1,9}[.)](?:[ \t]|$)|`{3}|~{3}|=+[ \t]*$"
     r"|-+[ \t]*$|<|\|)"
 )
+_MIN_ROOM = 16  # the least room a line of a list or quote is cut to (before its prefixes)
 _TAG = re.compile(r"<[A-Za-z/!?][^<>]{0,2000}>")
 _BACKTICKS = re.compile(r"`+")
 
@@ -374,16 +381,33 @@ def _form(lines: list[str], f: _Fence) -> _FenceForm:
     return _FenceForm(q, len(prefix) - len(q))
 
 
+def _quoted(line: str) -> int:
+    """Where ``line`` goes on after its quote marks."""
+    quotes = _QUOTES.match(line)
+    return quotes.end() if quotes else 0
+
+
+def _fence_room(form: _FenceForm, f: _Fence, limit: int) -> int:
+    """How long a piece of a nested code block's line may be: it fits a part of its own
+    with the reopening line and the closing one."""
+    reopen = len(form.quotes) + len(f.markup) + len(f.info)
+    return max(limit - reopen - 2 * len(form.quotes) - len(f.markup) - 3, 1)
+
+
 def _split_container(block: _Block, limit: int) -> list[str]:
     """A list or quote longer than ``limit``, cut between its lines.
 
     A cut inside a nested code block closes it at the end of the part and reopens it at the
     start of the next as a fence with only its quote marks (its lines de-indented alike)
-    until it closes. A part that starts inside a nested list item (or goes on after such a
-    reopened block) first gets the item's ancestors as ``…`` items, so it keeps its depth.
+    until it closes; a part that opens a code block keeps room for its closing line. A part
+    that starts inside a nested list item (or goes on after such a reopened block) first
+    gets the item's ancestors as ``…`` items, so it keeps its depth, unless they would leave
+    too little room for the line (nesting that deep is not kept across a cut).
     """
     lines = block.source.split("\n")
     role: dict[int, tuple[bool, _Fence, _FenceForm]] = {}  # line -> (is the closer, ...)
+    # opener line -> room for its closer, for its first line; the block, its form
+    opens: dict[int, tuple[int, int, _Fence, _FenceForm]] = {}
     for f in block.fences:
         form = _form(lines, f)
         last = f.end - 1
@@ -391,6 +415,12 @@ def _split_container(block: _Block, limit: int) -> list[str]:
         closed = bool(re.fullmatch(re.escape(f.markup[0]) + f"{{{len(f.markup)},}}", closer))
         for i in range(f.start + 1, f.end):
             role[i] = (closed and i == last, f, form)
+        room = _fence_room(form, f, limit)
+        closing = len(form.nested) + len(f.markup) + 1
+        first = 0  # an empty block has no first line to keep its opener company
+        if last > f.start:
+            first = len(form.nested) + min(len(form.content(lines[f.start + 1])), room) + 1
+        opens[f.start] = (closing, first, f, form)
 
     items = block.items  # by their first line
     open_items: list[_Item] = []  # the items line ``i`` is in: its ancestors, outermost first
@@ -408,7 +438,7 @@ def _split_container(block: _Block, limit: int) -> list[str]:
 
     parts: list[str] = []
     chunk: list[str] = []
-    size = 0
+    size = 0  # the part's length once joined, plus one: at most ``limit`` (one to spare)
     flat: _Fence | None = None  # the code block this part reopened de-indented
     fresh = False  # the next line begins a context of its own (after such a block)
 
@@ -428,17 +458,17 @@ def _split_container(block: _Block, limit: int) -> list[str]:
         if fence is not None:
             is_closer, f, form = fence
             prefix = form.quotes if flat is f else form.nested
-            body = form.content(line)
-            if is_closer:  # room for it was kept
-                add(prefix + body.strip())
+            if is_closer:  # room for it was kept (a longer closing fence means the same)
+                add(prefix + f.markup)
                 if flat is f:
                     flat, fresh = None, True
                 continue
-            reserve = len(form.nested) + len(f.markup) + 1
+            body = form.content(line)
             reopen = form.quotes + f.markup + f.info
-            room = max(limit - reserve - len(reopen) - len(form.nested) - 2, 16)
+            room = _fence_room(form, f, limit)
             for piece in [body[j : j + room] for j in range(0, len(body), room)] or [""]:
-                if chunk and size + len(prefix) + len(piece) + 1 + reserve > limit:
+                closing = len(prefix) + len(f.markup) + 1
+                if chunk and size + len(prefix) + len(piece) + 1 + closing > limit:
                     add(prefix + f.markup)
                     push()
                     flat, prefix = f, form.quotes
@@ -446,23 +476,47 @@ def _split_container(block: _Block, limit: int) -> list[str]:
                 add(prefix + piece)
             continue
         if not line.strip():
-            if chunk:
+            if chunk and size + len(line) + 1 > limit:
+                push()
+            elif chunk:
                 add(line)
             continue
+        opener = opens.get(i)
+        closing, first = opener[:2] if opener else (0, 0)  # room for its closer, first line
+        context = sum(len(s) + 1 for s in stubs(i, True))
         cont = _CONT.match(line)
         cont_prefix = (cont.group(1) + " " * len(cont.group(2))) if cont else ""
-        context = sum(len(s) + 1 for s in stubs(i, True))
-        room = max(limit - context - len(cont_prefix) - 1, 16)
+        if limit - context - len(cont_prefix) - closing - 1 < _MIN_ROOM:
+            context = 0  # ancestors this deep leave no room: a part starts without them
+        if limit - context - len(cont_prefix) - closing - 1 < _MIN_ROOM and cont:
+            cont_prefix = cont.group(1)  # a lazy continuation line: its quote marks only
+        room = max(limit - context - len(cont_prefix) - closing - 1, _MIN_ROOM)
+        if opener and len(line) > room:  # too deep to open here: reopened on a part's start
+            push()
+            _, _, flat, form = opener
+            add(form.quotes + flat.markup + flat.info)
+            continue
         pieces = [line] if len(line) <= room else _hard_split(line, room)
         for k, piece in enumerate(pieces):
             text = piece if k == 0 else cont_prefix + piece.lstrip(" ")
-            if chunk and size + len(text) + 1 > limit:
+            # an opener goes to the next part if its first line would not follow it here
+            if chunk and size + len(text) + 1 + closing + first > limit:
                 push()
             if not chunk or fresh:
-                lead = stubs(i, k > 0)
+                lead = stubs(i, k > 0) if context else []
                 if not lead:
                     text = text.lstrip(" ")
-                if chunk and size + len(text) + 1 + sum(len(s) + 1 for s in lead) > limit:
+                if (
+                    not lead
+                    and opener
+                    and k == 0
+                    and (text != piece or text[_quoted(text) :][:1] == " ")
+                ):
+                    # its indentation (and item marker) would not hold without its context:
+                    # reopened as a fence (indented, it would read as indented code)
+                    _, _, flat, form = opener
+                    text = form.quotes + flat.markup + flat.info
+                if chunk and size + len(text) + 1 + closing + sum(len(s) + 1 for s in lead) > limit:
                     push()
                 for s in lead:
                     add(s)
@@ -519,6 +573,15 @@ def split_markdown(text: str, limit: int) -> list[str]:
             pieces = _split_lines(source, limit)
         else:
             pieces = _hard_split(source, limit)
+        if any(len(piece) > limit for piece in pieces):
+            # a block no cut above could bring under the limit (nesting or an info string
+            # longer than a part): cut as text, its markup shown rather than a part refused
+            log.debug("a %s block of %d characters is cut as plain text", block.kind, len(source))
+            pieces = [
+                cut
+                for piece in pieces
+                for cut in ([piece] if len(piece) <= limit else _hard_split(piece, limit))
+            ]
         for piece in pieces:
             if current and size + 2 + len(piece) > limit:
                 parts.append("\n\n".join(current))

@@ -9,6 +9,8 @@ from types import FrameType, ModuleType
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 import bridge.markdown
@@ -203,3 +205,62 @@ def test_splitting_does_work_in_proportion_to_the_answer(shape: str) -> None:
         lines_run(lambda n=n: split_markdown(make(n), 500), bridge.markdown) for n in (400, 800)
     )
     assert large / small < 2.5, (small, large)
+
+
+@st.composite
+def nested_answers(draw: st.DrawFn) -> tuple[str, int, int]:
+    """A list nested up to some depth (in up to three quotes), code blocks in its items
+    (some opened on the item's own line, some closed by a longer fence); with a limit."""
+    depth = draw(st.integers(1, 16))
+    quote = "> " * draw(st.integers(0, 3))
+    limit = draw(st.sampled_from([64, 80, 120, 200, 400, 1000]))
+    lines: list[str] = []
+    widths: list[int] = []  # the content offset each open item adds
+    for i in range(draw(st.integers(1, 24))):
+        widths = widths[: draw(st.integers(0, min(len(widths), depth - 1)))]
+        indent = " " * sum(widths)
+        marker = draw(st.sampled_from(["-", "*", "1.", "1)"]))
+        widths.append(len(marker) + 1)
+        inner = indent + " " * (len(marker) + 1)
+        words = " ".join("w" * n for n in draw(st.lists(st.integers(1, 8), max_size=30)))
+        fence = draw(st.sampled_from(["", "", "```", "~~~"]))
+        on_item = fence == "```" and draw(st.booleans())
+        info = draw(st.sampled_from(["", "py", "x" * 30]))
+        lines.append(f"{indent}{marker} " + (f"{fence}{info}" if on_item else f"item {i} {words}"))
+        if fence:
+            if not on_item:
+                lines.append(f"{inner}{fence}{info}")
+            for n in draw(st.lists(st.integers(0, 140), max_size=8)):
+                lines.append(f"{inner}code {n} " + "x" * n)
+            lines.append(inner + fence + draw(st.sampled_from(["", fence[0]])))
+    return "\n".join((quote + line).rstrip() for line in lines), limit, depth
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(nested_answers())
+def test_every_part_is_within_the_limit_at_any_depth(answer: tuple[str, int, int]) -> None:
+    """A part never goes over the limit, however deep the nesting: a code block opened at
+    the end of a part left no room for its closing line, and ancestors repeated at the top
+    of a part with the line after them could go over. Code blocks stay closed and keep
+    their code (cut into lines only where a line is longer than a part)."""
+    text, limit, depth = answer
+    parts = split_markdown(text, limit)
+    assert all(len(p) <= limit for p in parts), [len(p) for p in parts]
+    if depth <= 8 and fences_closed(text):  # deeper than that, a 64-character part is all
+        # prefix: the item context may be flattened, but no code goes missing
+        assert all(fences_closed(p) for p in parts), parts
+        whole = "".join(code_of(text)).replace(" ", "")
+        assert "".join(line for p in parts for line in code_of(p)).replace(" ", "") == whole
+
+
+@pytest.mark.parametrize("depth", range(1, 13))
+def test_a_code_block_opened_at_the_end_of_a_part_keeps_room_for_its_closing_line(
+    depth: int,
+) -> None:
+    indent = "  " * depth
+    items = "\n".join("  " * d + f"- level {d}" for d in range(depth + 1))
+    for filler in range(0, 200, 7):  # the opener lands at every place near the end of a part
+        text = f"{items} " + "w" * filler + f"\n{indent}  ```py\n{indent}  x = 1\n{indent}  ```"
+        for limit in (64, 100, 200):
+            parts = split_markdown(text, limit)
+            assert all(len(p) <= limit for p in parts), (filler, limit, [len(p) for p in parts])
