@@ -20,7 +20,7 @@ import hmac
 import logging
 import os
 import secrets
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -74,6 +74,7 @@ INTERRUPTED_TEXT = (
 )
 RUN_OVER_TOAST = "This run has already ended."
 RUN_OVER_TEXT = "⏹️ This run has ended."  # a bubble pressed after its run (its Stop gone)
+CLOSED_BUBBLES_KEPT = 4096  # Stop tokens of bubbles this process turned into summaries
 SHUTDOWN_TEXT = (
     "⚠️ The gateway is shutting down, so this run was stopped before it finished. "
     "Please send your message again in a minute."
@@ -136,6 +137,9 @@ class Engine:
         self._in_flight = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_tokens: dict[str, ActiveRun] = {}
+        # bubbles that get their run's summary: a Stop pressed just too late must not
+        # replace that summary with "this run has ended" (oldest forgotten first)
+        self._closed_bubbles: OrderedDict[str, None] = OrderedDict()
         self.stopping = False
         self.started = False
         self._tag_secret = b""
@@ -525,6 +529,9 @@ class Engine:
             by = requester.sender_name if actor_id == requester.sender_id else None
             await self._stop_run(stop_run, by or actor_id)  # the name /stop would show
             return PressResult(PressStatus.OK, "Stopping…")
+        if code == P.STOP and prompt_token in self._closed_bubbles:
+            # pressed while its run ended: the bubble is (being) turned into the summary
+            return PressResult(PressStatus.EXPIRED, RUN_OVER_TOAST)
         if code == P.STOP and P.issued(token):
             # the Stop of a bubble whose run is over (or began before a restart): maybe one
             # whose id the gateway never learnt (the answer to its send was lost), so nothing
@@ -834,6 +841,10 @@ class Engine:
                     await reporter
             slot.active = None
             self._stop_tokens.pop(run.stop_token, None)
+            if run.reporter is not None and run.reporter.bubble_ref is not None:
+                self._closed_bubbles[run.stop_token] = None
+                while len(self._closed_bubbles) > CLOSED_BUBBLES_KEPT:
+                    self._closed_bubbles.popitem(last=False)
 
     async def _attachments(self, home: Home, msg: MessageRecord) -> list[str]:
         if not msg.attachments:

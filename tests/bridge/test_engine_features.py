@@ -33,10 +33,18 @@ async def test_quick_runs_show_no_bubble_slow_runs_do(env: dict[str, str]) -> No
         assert not web.live.get("quick")  # type: ignore[attr-defined]
         await client.post("slow", "!tools 2 !delay 2")
         await wait_until(lambda: bool(web.live.get("slow")), 10, "a progress bubble")  # type: ignore[attr-defined]
+        live = next(iter(web.live["slow"].values()))  # type: ignore[attr-defined]
+        await wait_until(lambda: bool(live["choices"]), 10, "the bubble's Stop button")
+        stop = live["choices"][0]["token"]
         await client.wait_role("slow", "assistant")
         bubble = next(iter(web.live["slow"].values()))  # type: ignore[attr-defined]
         assert bubble["text"].startswith("✓ 2 tools")  # closed with the summary
         assert not bubble["choices"]  # the Stop button is gone
+        # a Stop pressed just too late (on a screen still showing it) keeps the summary
+        status, body = await client.press("slow", stop, "ada")
+        assert status == 410, body
+        bubble = next(iter(web.live["slow"].values()))  # type: ignore[attr-defined]
+        assert bubble["text"].startswith("✓ 2 tools"), bubble
 
 
 async def test_approve_all_answers_every_pending_approval(env: dict[str, str]) -> None:

@@ -122,3 +122,38 @@ async def test_a_press_on_a_button_the_gateway_did_not_issue_leaves_the_message_
         assert not [
             c for c in fake.calls if c.method.startswith("edit") and c.params["message_id"] == 4322
         ]
+
+
+async def test_a_stop_pressed_after_the_bubble_got_its_summary_keeps_the_summary(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """A Stop pressed on a screen that still shows it, as the run ends: the press is told the
+    run is over, and the bubble keeps the summary it was closed with."""
+    chat = private_chat(ADA)
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, update(730002200, chat, ADA, "!delay 3")) == 200
+        await wait_until(lambda: bool(bubbles(fake)), 15, "the progress bubble posted")
+        (bubble,) = bubbles(fake)
+        bubble_id = int(bubble.result["message_id"])
+        stop = buttons(bubble)["Stop"]
+        await wait_sent(fake, ADA, NOT_AN_AI, timeout=40)
+
+        def edits() -> list[Call]:
+            return [
+                c
+                for c in fake.calls
+                if c.method.startswith("edit") and int(c.params["message_id"]) == bubble_id
+            ]
+
+        await wait_until(
+            lambda: any("✓" in str(c.params.get("text", "")) for c in edits()),
+            15,
+            "the bubble closed with the run's summary",
+        )
+        before = len(edits())
+        assert await post(app.port, press(730002201, ADA, chat, stop, message_id=bubble_id)) == 200
+        told = fake.called("answerCallbackQuery")[-1]
+        assert told.params["callback_query_id"] == "cq730002201"
+        assert "ended" in told.params["text"], told.params
+        # the summary stays (at most the buttons, already gone, are cleared again)
+        assert not [c for c in edits()[before:] if c.method == "editMessageText"], seen(fake)
