@@ -58,6 +58,7 @@ INLINE_SYNTAX = frozenset("\\`*_[]<>&~$|!")  # escaped where a URL is written as
 SPLITTABLE = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler"})
 QUOTES = frozenset({"blockquote", "expandable_blockquote"})
 CODE = frozenset({"code", "pre"})
+NON_SPACE = re.compile(r"\S")
 TgEntity = telegramify_markdown.MessageEntity
 
 
@@ -347,21 +348,33 @@ def _cuts(text: str, offsets: list[int], limit: int) -> list[tuple[int, int]]:
 def _split_entities(
     text: str, entities: list[TgEntity], limit: int
 ) -> list[tuple[str, list[TgEntity]]]:
-    """Parts of at most ``limit`` UTF-16 units, entities clipped into each part."""
+    """Parts of at most ``limit`` UTF-16 units, entities clipped into each part (in the
+    order given). Each part looks only at the entities that reach into it: an entity is
+    taken up when the parts reach its start and let go after its end."""
     offsets = _utf16_offsets(text)
+    by_start = sorted(range(len(entities)), key=lambda k: entities[k].offset)
+    taken = 0  # by_start[:taken] have been taken up
+    open_: list[int] = []  # the entities taken up that may reach into the next part
     parts: list[tuple[str, list[TgEntity]]] = []
     for start, end in _cuts(text, offsets, limit):
+        low, high = offsets[start], offsets[end]
+        while taken < len(by_start) and entities[by_start[taken]].offset < high:
+            open_.append(by_start[taken])
+            taken += 1
+        open_ = [k for k in open_ if entities[k].offset + entities[k].length > low]
         chunk = text[start:end]
         if not chunk.strip():
             continue
-        low, high = offsets[start], offsets[end]
         clipped: list[TgEntity] = []
-        for e in entities:
+        for k in sorted(open_):
+            e = entities[k]
             a, b = max(e.offset, low), min(e.offset + e.length, high)
             if b <= a:
                 continue
-            covered = text[bisect.bisect_left(offsets, a) : bisect.bisect_left(offsets, b)]
-            if covered.strip():  # a piece that is only the whitespace at a cut is dropped
+            # a piece that is only the whitespace at a cut is dropped
+            if NON_SPACE.search(
+                text, bisect.bisect_left(offsets, a), bisect.bisect_left(offsets, b)
+            ):
                 clipped.append(e.copy_with(offset=a - low, length=b - a))
         parts.append((chunk, clipped))
     return parts

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from types import FrameType, ModuleType
 from typing import Any
 
 import pytest
@@ -397,3 +398,45 @@ def test_text_of_astral_characters_is_cut_between_words() -> None:
         assert all(w == word for w in p.text.split()), p.text[-20:]
     assert [w for p in parts for w in p.text.split()] == [word] * 580
     assert convert.split_plain("ab " * 10, 8) == ["ab ab ", "ab ab ", "ab ab ", "ab ab ", "ab ab "]
+
+
+def lines_run(fn: Callable[[], object], module: ModuleType) -> int:
+    """How many lines of ``module`` ran during ``fn()``: the work it did, counted the same
+    on any machine (a time would measure the machine; speed is measured in bench/)."""
+    count = 0
+
+    def local(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal count
+        count += event == "line"
+        return local
+
+    def calls(frame: FrameType, event: str, arg: object) -> Any:
+        return local if frame.f_code.co_filename == module.__file__ else None
+
+    sys.settrace(calls)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+LONG_ANSWERS: dict[str, Callable[[int], str]] = {
+    "code spans": lambda n: " ".join(f"`c{i}` **b{i}**" for i in range(n)),
+    "a long line": lambda n: "".join(f"word `code` *em* [l](https://x.y/{i}) " for i in range(n)),
+    "a nested list": lambda n: "\n".join("  " * (i % 6) + f"- item `{i}`" for i in range(n)),
+    "a table": lambda n: (
+        "| a | b |\n|---|---|\n" + "\n".join(f"| {i} | [l](https://x.y/{i}) |" for i in range(n))
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", LONG_ANSWERS)
+def test_rendering_does_work_in_proportion_to_the_answer(shape: str) -> None:
+    """Twice the answer is about twice the work, not four times: each part looked at every
+    entity of the answer (a 1 MB answer of code spans took 9 s, holding the event loop)."""
+    make = LONG_ANSWERS[shape]
+    small, large = (
+        lines_run(lambda n=n: convert.render(make(n), 300), convert) for n in (1500, 3000)
+    )
+    assert large / small < 2.5, (small, large)
