@@ -28,6 +28,7 @@ import pyromark
 import telegramify_markdown
 from telegram import Message, MessageEntity, PhotoSize, User
 
+from bridge.markdown import code_span
 from bridge.model import Attachment, Inbound
 
 MAX_MESSAGE = 4096  # Telegram's limit, in UTF-16 code units, after entity parsing
@@ -144,13 +145,6 @@ def _escaped(text: str) -> str:
     return "".join(f"\\{c}" if c in INLINE_SYNTAX else c for c in text)
 
 
-def _code_span(text: str) -> str:
-    runs = [len(r) for r in re.findall(r"`+", text)]
-    fence = "`" * (max(runs, default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
 @dataclass
 class _Link:
     start: int  # UTF-8 byte range of the whole link or image in the source
@@ -226,7 +220,7 @@ def _rewrite(link: _Link, raw: bytes) -> tuple[int, int, str] | None:
     if not link.url or link.url.startswith("#"):  # an anchor: only the text means something
         return link.start, link.end, f"{marker}{inner}"
     # a path (or a footnote's text): shown, as code where code can be shown
-    path = _escaped(link.url) if link.in_table else _code_span(link.url)
+    path = _escaped(link.url) if link.in_table else code_span(link.url)
     if not label or label == link.url or link.url.endswith(f"/{label}"):
         return link.start, link.end, f"{marker}{path}"
     return link.start, link.end, f"{marker}{inner} ({path})"
