@@ -53,7 +53,7 @@ from bridge.app import GatewayApp
 from bridge.config import load_settings
 from bridge.plugins import load_specs
 from bridge.runner.cli import shared_interpreter
-from bridge.runner.procs import AccountKillError, kill_account
+from bridge.runner.killer import AccountKillError, kill_account
 from bridge.runner.spawn import start_process
 from provisioning.sandbox import setpriv_path
 

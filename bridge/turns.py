@@ -54,7 +54,8 @@ from .progress import ProgressState, cost_text, summary
 from .reporter import ProgressReporter
 from .runner import RunHandle, RunnerBackend, RunRequest, RunResult
 from .runner.base import PROMPT_EVENTS
-from .runner.procs import AccountKillError, kill_accounts, kill_all
+from .runner.killer import AccountKillError, kill_accounts
+from .runner.procs import kill_all
 from .store import (
     MessageRecord,
     NewReply,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.runner.procs import AccountKillError, kill_account
+from bridge.runner.killer import AccountKillError, kill_account
 
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (real accounts and groups)")

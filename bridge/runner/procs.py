@@ -6,13 +6,9 @@ a uid that belongs to its conversation alone (one run at a time per conversation
 "everything of this run" is exact: the process group, every process carrying the tag, and
 every process of the conversation's uid.
 
-A scan of ``/proc`` cannot see everything, though: a process that forks and exits in a loop
-(a fork chain) lives microseconds per generation, so the pid a scan lists is gone by the
-time it is read, and the chain escapes every scan and every group kill aimed at a pid it
-saw. An account's processes are therefore killed all at once by ``kill(-1, SIGKILL)`` made
-*as that account* (:func:`kill_account`, a ``setpriv`` to the account and ``sh``'s ``kill``):
-the kernel signals every process of the uid under one lock that ``fork`` also takes, so no
-generation is missed. Every sweep of an isolated run starts with it.
+A scan of ``/proc`` cannot see a fork chain, though (a process that forks and exits in a
+loop: the pid a scan lists is gone by the time it is read), so every sweep of an isolated
+run starts by killing the account's processes all at once (:mod:`.killer`).
 
 A scan of ``/proc`` costs milliseconds of CPU. After a run ends normally, its sweep is not
 urgent (it must be done before the conversation's next run), so :class:`Sweeps` serves every
@@ -25,21 +21,15 @@ import asyncio
 import contextlib
 import logging
 import os
-import pwd
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 
-from provisioning.sandbox import setpriv_path
+from .killer import AccountKillError, kill_accounts
 
 log = logging.getLogger(__name__)
 
 RUN_TAG_ENV = "JAZZ_RUN_TAG"
-SHELL = "/bin/sh"  # its ``kill`` builtin makes the kill(-1) call as the account
-KILL_ACCOUNT_SCRIPT = "kill -s KILL -- -1"
-KILL_ACCOUNT_TIMEOUT_S = 10.0  # a spawn and one system call; bounded all the same
 
 
 def _proc_pids() -> list[int]:
@@ -135,55 +125,6 @@ def run_processes(tag: str | None, uid: int | None) -> list[int]:
     return scan([Target(tag, uid, None)])[0]
 
 
-# Run by a root helper process of its own (single-threaded, so a uid switch is the whole
-# process's): for each uid, become it (keeping root as the saved uid to come back),
-# kill(-1, SIGKILL), become root again. Three system calls per account.
-KILL_ACCOUNTS_PROGRAM = """
-import os, signal, sys
-for word in sys.stdin.read().split():
-    uid = int(word)
-    if uid <= 0:
-        continue
-    os.setresuid(uid, uid, 0)
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    finally:
-        os.setresuid(0, 0, 0)
-"""
-KILL_ACCOUNTS_TIMEOUT_S = 60.0  # one interpreter start and three calls per account
-
-
-def kill_accounts(uids: set[int]) -> None:
-    """:func:`kill_account` for many accounts at once, by one root helper process.
-
-    For a gateway's start: no run is active then, so anything a conversation's account
-    still runs was left by a run that ended with the gateway (a daemon, a child that
-    outlived it, a fork chain no scan can see). Needs root (isolated mode has it).
-    """
-    uids = {uid for uid in uids if uid > 0}
-    if not uids:
-        return
-    try:
-        done = subprocess.run(  # a fixed program; the uids go on stdin
-            [sys.executable, "-I", "-S", "-c", KILL_ACCOUNTS_PROGRAM],
-            input=" ".join(str(uid) for uid in sorted(uids)).encode(),
-            env={"PATH": "/usr/bin:/bin"},
-            cwd="/",
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            timeout=KILL_ACCOUNTS_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise AccountKillError(f"cannot kill what {len(uids)} account(s) run: {exc}") from exc
-    if done.returncode != 0:
-        lines = done.stderr.decode(errors="replace").strip().splitlines()
-        why = lines[-1] if lines else f"exit {done.returncode}"
-        raise AccountKillError(f"cannot kill what {len(uids)} account(s) run: {why}")
-
-
 def signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
@@ -199,61 +140,17 @@ def kill_all(
     return kill_many([Target(tag, uid, pgid)], deadline_s)[0]
 
 
-class AccountKillError(OSError):
-    """The kill of every process of an account could not be made (see the message)."""
-
-
-def kill_account(uid: int) -> None:
-    """SIGKILL every process of the account ``uid`` at once (never root: it would be all).
-
-    ``kill(-1, sig)`` signals every process the caller may signal, and a caller without
-    privileges may signal exactly the processes whose real or saved uid is its own. The
-    kernel walks the task list under the lock ``fork`` needs to add a process, so a fork
-    chain cannot outrun it. The helper runs as the account with an empty environment
-    (nothing of the gateway's for the account to read) and no supplementary groups.
-    """
-    if uid == 0:
-        raise ValueError("kill_account(0) would kill every process on the host")
-    try:
-        gid = pwd.getpwuid(uid).pw_gid
-    except KeyError:
-        gid = uid  # an account removed meanwhile: its processes still carry the uid
-    argv = [SHELL, "-c", KILL_ACCOUNT_SCRIPT]
-    setpriv = setpriv_path()
-    if setpriv is not None:  # vfork-friendly, as runs are started
-        argv = [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
-    switch = setpriv is None  # else subprocess switches itself (fork)
-    try:
-        done = subprocess.run(  # a fixed argv: no chat text
-            argv,
-            env={"PATH": "/usr/bin:/bin"},
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            timeout=KILL_ACCOUNT_TIMEOUT_S,
-            check=False,
-            user=uid if switch else None,
-            group=gid if switch else None,
-            extra_groups=[] if switch else None,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise AccountKillError(f"cannot kill the processes of uid {uid}: {exc}") from exc
-    if done.returncode != 0:
-        why = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
-        raise AccountKillError(f"cannot kill the processes of uid {uid}: {why}")
-
-
 def kill_many(targets: list[Target], deadline_s: float = 3.0) -> list[list[int]]:
     """:func:`kill_all` for several runs at once: one /proc scan per round for all.
 
-    An isolated run's account is first killed whole (:func:`kill_account`); the scans then
+    An isolated run's account is first killed whole (:mod:`.killer`); the scans then
     wait for those processes to be gone and find the rest (its group, its tag).
     """
     targets = [Target(t.tag, None if t.uid == 0 else t.uid, t.pgid) for t in targets]
-    for uid in {t.uid for t in targets if t.uid is not None}:
+    uids = {t.uid for t in targets if t.uid is not None}
+    if uids:
         try:
-            kill_account(uid)
+            kill_accounts(uids)
         except AccountKillError as exc:  # the scans below still find all but a fork chain
             log.error("%s", exc)
     end = time.monotonic() + deadline_s

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bridge.runner import procs
+from bridge.runner import killer, procs
 from bridge.runner.procs import RUN_TAG_ENV, Sweeps, kill_all, run_processes
 
 
@@ -78,8 +78,8 @@ async def test_sweeps_waiting_together_share_one_scan(
 
 
 def test_an_account_kill_refuses_root() -> None:
-    with pytest.raises(ValueError, match="every process on the host"):
-        procs.kill_account(0)
+    with pytest.raises(ValueError, match="would kill every process"):
+        killer.kill_account(0)
 
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # one nobody can run (the venv's may sit under /root)
@@ -114,10 +114,24 @@ def test_an_account_kill_ends_a_fork_chain_that_scans_cannot_see(how: str) -> No
     os.close(write)
     try:
         if how == "one":
-            procs.kill_account(nobody)
-        else:  # the start-up form: one root helper for every account (here one and two free)
-            procs.kill_accounts({nobody, 71999, 0})
+            killer.kill_account(nobody)
+        else:  # the start-up form: every account in one request (here nobody and a free uid)
+            killer.kill_accounts({nobody, 71999})
         ready, _, _ = select.select([read], [], [], 10)
         assert ready and os.read(read, 1) == b"", "the fork chain outlived the account kill"
     finally:
         os.close(read)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the helper switches uids: needs root")
+def test_the_helper_is_kept_and_started_again_when_it_died() -> None:
+    killer.kill_accounts({71998})
+    first = killer.helper_pid()
+    assert first is not None
+    killer.kill_accounts({71997})
+    assert killer.helper_pid() == first  # one helper, not a process per sweep
+    os.kill(first, 9)
+    os.waitid(os.P_PID, first, os.WEXITED | os.WNOWAIT)  # dead (its parent reaps it)
+    killer.kill_accounts({71996})  # told on the closed pipe, and started again
+    second = killer.helper_pid()
+    assert second is not None and second != first
