@@ -28,6 +28,7 @@ from typing import Any
 from provisioning.errors import ProvisioningError
 
 from ..errors import RunnerError
+from . import killer
 from .base import (
     PROMPT_EVENTS,
     RunHandle,
@@ -116,6 +117,7 @@ class CliRunner(RunnerBackend):
 
     async def close(self) -> None:
         await self.sweeps.close()
+        await asyncio.to_thread(killer.close)  # its helper, if isolated runs started it
 
     def _check_command(self, path: str | None) -> None:
         """A runner that is not there is a clear error, also behind ``setpriv`` (whose own
