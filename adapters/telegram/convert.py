@@ -11,7 +11,8 @@ then sends the answer unformatted; so what the converter would produce but Teleg
 refuses is mended here: a link to a relative path or anchor becomes the path in code (a
 coding agent links files constantly), entities nest only as the Bot API allows (quotes
 are flattened), and lone ``\\r`` line ends are read as newlines. What the converter loses
-is kept: the URL of a link in a table (sent as a code block) or of a link without text.
+is kept: the URL of a link in a table (sent as a code block: the link gets a number, its
+URL is listed after the table) or of a link without text.
 Parts are cut at a newline or space, so text of astral characters (two UTF-16 units each,
 which the core's character count cannot see) is not cut inside a word.
 """
@@ -152,17 +153,21 @@ class _Link:
     url: str
     kind: str  # Inline | Reference | Autolink | Email | ...
     image: bool
-    in_table: bool
+    table: tuple[int, int] | None  # the byte range of the table it is in
     inner_start: int = -1  # byte range of the link text (the alt text of an image)
     inner_end: int = -1
     plain: str = ""  # the link text without its markup
 
+    @property
+    def in_table(self) -> bool:
+        return self.table is not None
+
 
 def _links(markdown: str) -> list[_Link]:
-    """Every link and image of ``markdown``, with where its text is and whether in a table."""
+    """Every link and image of ``markdown``, with where its text is and its table if any."""
     found: list[_Link] = []
     open_links: list[_Link] = []  # an image can sit inside a link's text
-    tables = 0
+    table: tuple[int, int] | None = None
     for payload, where in pyromark.events_with_range(markdown, options=PARSE_OPTIONS):
         event: Any = payload  # pyromark's union of TypedDicts, read as the dicts they are
         start, end = where["start"], where["end"]
@@ -178,7 +183,7 @@ def _links(markdown: str) -> list[_Link]:
                 url=str(data["dest_url"]),
                 kind=str(data["link_type"]),
                 image="Image" in opened,
-                in_table=tables > 0,
+                table=table,
             )
             open_links.append(link)
             found.append(link)
@@ -187,9 +192,9 @@ def _links(markdown: str) -> list[_Link]:
             open_links.pop()
             continue
         if isinstance(opened, dict) and "Table" in opened:
-            tables += 1
+            table = (start, end)  # tables do not nest
         elif closed == "Table":
-            tables -= 1
+            table = None
         piece = event.get("Text", event.get("Code")) if isinstance(event, dict) else None
         for outer in open_links:
             _widen(outer, start, end)
@@ -203,8 +208,19 @@ def _widen(link: _Link, start: int, end: int) -> None:
     link.inner_end = max(link.inner_end, end)
 
 
-def _rewrite(link: _Link, raw: bytes) -> tuple[int, int, str] | None:
-    """The source edit (byte range, replacement) that keeps the link's target readable."""
+@dataclass(frozen=True)
+class _Edit:
+    """A source edit: ``text`` replaces the byte range; with a ``note`` (what a link in a
+    table points to), followed by the note's number, the note listed after the table."""
+
+    start: int
+    end: int
+    text: str
+    note: str = ""
+
+
+def _rewrite(link: _Link, raw: bytes) -> _Edit | None:
+    """The source edit that keeps the link's target readable."""
     inner = raw[link.inner_start : link.inner_end].decode() if link.inner_start >= 0 else ""
     label = link.plain.strip()
     marker = RENDER_CONFIG.markdown_symbol.image if link.image else ""
@@ -213,17 +229,32 @@ def _rewrite(link: _Link, raw: bytes) -> tuple[int, int, str] | None:
         return None  # the text is the address already
     if web_url(link.url) is not None:
         if not label:  # nothing to click: the address becomes the text
-            return text_at, text_at, _escaped(link.url)
+            return _Edit(text_at, text_at, _escaped(link.url))
         if link.in_table and label != link.url:  # a table is a code block: no link in it
-            return link.end, link.end, f" ({_escaped(link.url)})"
+            return _Edit(link.end, link.end, "", note=_escaped(link.url))
         return None
     if not link.url or link.url.startswith("#"):  # an anchor: only the text means something
-        return link.start, link.end, f"{marker}{inner}"
+        return _Edit(link.start, link.end, f"{marker}{inner}")
     # a path (or a footnote's text): shown, as code where code can be shown
-    path = _escaped(link.url) if link.in_table else code_span(link.url)
     if not label or label == link.url or link.url.endswith(f"/{label}"):
-        return link.start, link.end, f"{marker}{path}"
-    return link.start, link.end, f"{marker}{inner} ({path})"
+        path = _escaped(link.url) if link.in_table else code_span(link.url)
+        return _Edit(link.start, link.end, f"{marker}{path}")
+    if link.in_table:
+        return _Edit(link.start, link.end, f"{marker}{inner}", note=code_span(link.url))
+    return _Edit(link.start, link.end, f"{marker}{inner} ({code_span(link.url)})")
+
+
+def _notes_at(raw: bytes, table: tuple[int, int], notes: list[str]) -> _Edit:
+    """The edit that lists a table's notes after it (as ``[1] https://…`` lines), inside
+    the quote or list item the table is in."""
+    start, end = table
+    line = raw[raw.rfind(b"\n", 0, start) + 1 : start].decode()
+    prefix = "".join(c if c == ">" else " " for c in line)  # its quote marks, indentation
+    lines = [f"{prefix}\\[{n}\\] {note}" for n, note in enumerate(notes, 1)]
+    before = (
+        prefix.rstrip() + "\n" if raw[end - 1 : end] == b"\n" else "\n" + prefix.rstrip() + "\n"
+    )
+    return _Edit(end, end, before + "\n".join(lines) + "\n" + prefix.rstrip() + "\n")
 
 
 def readable_links(markdown: str) -> str:
@@ -232,22 +263,41 @@ def readable_links(markdown: str) -> str:
     A ``text_link`` needs an absolute URL: Telegram refuses ``src/main.py``, ``/etc/x`` or
     ``#usage`` (and with it all of the message's formatting), so those become the text
     with the path in code (or the path alone when the text only names it; an anchor keeps
-    its text). A table is sent as a code block, where links cannot be, so their URLs are
-    written after the text; a link or image without text shows its URL.
+    its text). A table is sent as a code block, where links cannot be: a link in it gets a
+    number, ``docs[1]``, and its URL is listed under that number after the table (written
+    in the cell, it would make the column, and so the whole table, twice as wide). A link
+    or image without text shows its URL.
     """
     if "[" not in markdown and "<" not in markdown:
         return markdown
     raw = markdown.encode()
-    edits = [e for link in _links(markdown) if (e := _rewrite(link, raw)) is not None]
+    edits = [(e, link.table) for link in _links(markdown) if (e := _rewrite(link, raw))]
     if not edits:
         return markdown
     out = bytearray()
     last = 0
-    for start, end, replacement in sorted(edits, key=lambda e: (e[0], e[1])):
-        if start < last:
+    notes: dict[tuple[int, int], dict[str, int]] = {}  # table -> note -> its number
+    pending: list[tuple[int, int]] = []  # tables with notes not yet listed, in order
+    for edit, table in sorted(edits, key=lambda e: (e[0].start, e[0].end)):
+        if edit.start < last:
             continue  # inside a link already rewritten (an image in a link)
-        out += raw[last:start] + replacement.encode()
-        last = end
+        while pending and pending[0][1] <= edit.start:
+            done = pending.pop(0)
+            listed = _notes_at(raw, done, list(notes[done]))
+            out += raw[last : listed.start] + listed.text.encode()
+            last = listed.start
+        text = edit.text
+        if edit.note and table is not None:
+            numbers = notes.setdefault(table, {})
+            if not numbers:
+                pending.append(table)
+            text += f"\\[{numbers.setdefault(edit.note, len(numbers) + 1)}\\]"
+        out += raw[last : edit.start] + text.encode()
+        last = edit.end
+    for done in pending:
+        listed = _notes_at(raw, done, list(notes[done]))
+        out += raw[last : listed.start] + listed.text.encode()
+        last = listed.start
     out += raw[last:]
     return out.decode()
 

@@ -336,15 +336,31 @@ def test_links_telegram_would_refuse_show_their_path_and_keep_the_formatting() -
     ]
 
 
-def test_links_in_a_table_keep_their_url() -> None:
-    """A table is sent as a code block, where a link cannot be: its URL is written out."""
+def test_links_in_a_table_keep_their_url_in_notes_after_it() -> None:
+    """A table is sent as a code block, where a link cannot be: the link gets a number and
+    its URL is listed under it after the table (in the cell, it made the table twice as
+    wide, and a phone wraps every row)."""
     (part,) = convert.render(
         "| Name | Link |\n|---|---|\n| docs | [guide](https://example.com/a_b) |\n"
-        "| code | [main](src/main.py) |"
+        "| code | [main](src/main.py) |\n| more | [guide too](https://example.com/a_b) |\n\n"
+        "After."
     )
-    assert "guide (https://example.com/a_b)" in part.text
-    assert "main (src/main.py)" in part.text
-    assert [e.type for e in part.entities] == ["pre"]
+    table, notes, after = part.text.split("\n\n")
+    rows = table.split("\n")
+    assert [r.split("|")[1].strip() for r in rows[2:]] == ["guide[1]", "main[2]", "guide too[1]"]
+    assert max(len(r) for r in rows) == len("more | guide too[1]")
+    assert notes.split("\n") == ["[1] https://example.com/a_b", "[2] src/main.py"]
+    assert after == "After."
+    pre, code = part.entities  # the table, then the path as code
+    assert (pre.type, pre.offset, pre.length) == ("pre", 0, len(table))
+    assert code.type == "code" and part.text[code.offset :][: code.length] == "src/main.py"
+
+
+def test_notes_of_a_table_in_a_quote_stay_in_the_quote() -> None:
+    (part,) = convert.render("> | a | b |\n> |---|---|\n> | x | [l](https://x.y/1) |\n>\n> end")
+    assert "x | l[1]" in part.text and "[1] https://x.y/1" in part.text
+    (quote,) = [e for e in part.entities if e.type == "blockquote"]
+    assert part.text[quote.offset :][: quote.length].endswith("[1] https://x.y/1\n\nend")
 
 
 def test_an_open_task_shows_an_empty_box() -> None:
