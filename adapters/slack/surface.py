@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+import pyromark
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -136,6 +137,26 @@ def _plain(text: str, limit: int = 3000) -> str:
 # <!channel>, <!here>, <!everyone>, <!group>, <!subteam^…>: each notifies many people
 _SPECIAL_MENTION = re.compile(r"<(?=!(?:channel|here|everyone|group|subteam\^))", re.IGNORECASE)
 _ENTITY_TAIL = re.compile(r"&[a-z]{0,3}$")
+# what answers are parsed with to find their code (CommonMark, and GitHub's tables)
+_PARSE_OPTIONS = (
+    pyromark.Options.ENABLE_TABLES
+    | pyromark.Options.ENABLE_STRIKETHROUGH
+    | pyromark.Options.ENABLE_TASKLISTS
+)
+
+
+def _code(text: str) -> list[tuple[int, int]]:
+    """The code spans and blocks of ``text`` (UTF-8 byte ranges): shown literally,
+    nothing in them is markup."""
+    code: list[tuple[int, int]] = []
+    for payload, where in pyromark.events_with_range(text, options=_PARSE_OPTIONS):
+        event: Any = payload  # pyromark's union of TypedDicts, read as the dicts they are
+        if not isinstance(event, dict):
+            continue
+        opened = event.get("Start")
+        if "Code" in event or (isinstance(opened, dict) and "CodeBlock" in opened):
+            code.append((where["start"], where["end"]))
+    return code
 
 
 def _mrkdwn(text: str, limit: int = 3000) -> str:
@@ -152,8 +173,20 @@ def _markdown(text: str) -> str:
     """Agent text for ``markdown_text`` or a markdown block. Slack does not document how
     these treat ``<!channel>`` and the like, nor any escape for them (HTML entities would
     show as typed), so a zero-width joiner (U+200D) goes between ``<`` and ``!`` where one would
-    form: the text reads the same and notifies nobody."""
-    return _SPECIAL_MENTION.sub("<\u200d", text)
+    form: the text reads the same and notifies nobody. Not in code, which Slack shows as
+    written (nothing in it notifies): there the joiner would only corrupt what is copied."""
+    if not _SPECIAL_MENTION.search(text):
+        return text
+    raw = text.encode()
+    out: list[str] = []
+    at = 0
+    for start, end in [*sorted(_code(text)), (len(raw), len(raw))]:
+        if start < at:
+            continue
+        out.append(_SPECIAL_MENTION.sub("<\u200d", raw[at:start].decode()))
+        out.append(raw[start:end].decode())
+        at = end
+    return "".join(out)
 
 
 def blocks_for(message: Outgoing) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from adapters.slack.surface import SlackSurface, blocks_for
+from adapters.slack.surface import SlackSurface, _markdown, blocks_for
 from bridge.model import Choice, Outgoing, ReplyKind, ReplyTarget
 
 AGENT = "**done** <!channel> <!here|here> <!everyone> <!subteam^S123> a < b & c > d <@U1>"
@@ -55,3 +55,20 @@ def test_a_clipped_text_does_not_end_in_half_an_entity() -> None:
     assert len(text) <= 3000 and text.endswith("…")
     assert re.fullmatch(r"(?:x|&amp;)*…", text), text[-10:]
     assert blocks_for(Outgoing(kind=ReplyKind.ANSWER, text="<!here>"))[0]["text"] != "<!here>"
+
+
+CODE = (
+    "Run `echo <!here>` then:\n\n```sh\ncurl -d '<!channel>' x\n```\n\n"
+    "    <!everyone> indented\n\n> ```\n> <!here>\n> ```\n\nbut <!here> outside"
+)
+
+
+def test_code_keeps_its_text_exactly() -> None:
+    """No joiner inside code spans or blocks: Slack shows code as written (nothing in it
+    notifies), and a joiner there was copied along with the code, breaking the command."""
+    (block,) = blocks_for(Outgoing(kind=ReplyKind.ANSWER, text=CODE))
+    text = block["text"]
+    assert text.count("\u200d") == 1  # the one outside code
+    assert text.replace("<\u200d!here> outside", "<!here> outside") == CODE
+    assert _markdown("a `<!here>` b") == "a `<!here>` b"
+    assert _markdown("``x ` <!here>`` <!here>") == "``x ` <!here>`` <\u200d!here>"
