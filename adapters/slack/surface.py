@@ -191,9 +191,11 @@ def _markdown(text: str) -> str:
 
 def blocks_for(message: Outgoing) -> list[dict[str, Any]]:
     """A markdown block with the text, then the choices as buttons (if any)."""
-    blocks: list[dict[str, Any]] = [
-        {"type": "markdown", "text": _plain(_markdown(message.text or " "), MARKDOWN_BLOCK_MAX)}
-    ]
+    text = message.text or " "
+    # clipped first: a cut that drops a code span's closing backticks turns what was code
+    # into text (to be defused), and room is kept for the joiners
+    room = MARKDOWN_BLOCK_MAX - len(_SPECIAL_MENTION.findall(text))
+    blocks: list[dict[str, Any]] = [{"type": "markdown", "text": _markdown(_plain(text, room))}]
     buttons: list[dict[str, Any]] = []
     for i, choice in enumerate(message.choices):
         button: dict[str, Any] = {

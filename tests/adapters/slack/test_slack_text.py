@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from adapters.slack.surface import SlackSurface, _markdown, blocks_for
+from adapters.slack.surface import MARKDOWN_BLOCK_MAX, SlackSurface, _markdown, blocks_for
 from bridge.model import Choice, Outgoing, ReplyKind, ReplyTarget
 
 AGENT = "**done** <!channel> <!here|here> <!everyone> <!subteam^S123> a < b & c > d <@U1>"
@@ -72,3 +72,13 @@ def test_code_keeps_its_text_exactly() -> None:
     assert text.replace("<\u200d!here> outside", "<!here> outside") == CODE
     assert _markdown("a `<!here>` b") == "a `<!here>` b"
     assert _markdown("``x ` <!here>`` <!here>") == "``x ` <!here>`` <\u200d!here>"
+
+
+def test_a_clipped_block_defuses_what_the_cut_took_out_of_code() -> None:
+    """A markdown block is clipped to Slack's limit: a cut that drops the closing backtick
+    of a code span leaves its ``<!channel>`` as text, which must get its joiner."""
+    text = "`<!channel> " + "x" * 12_000 + "`"
+    (block,) = blocks_for(Outgoing(kind=ReplyKind.ANSWER, text=text))
+    assert specials(block["text"]) == [] and len(block["text"]) <= MARKDOWN_BLOCK_MAX
+    many = blocks_for(Outgoing(kind=ReplyKind.ANSWER, text="<!here> " * 2000))[0]["text"]
+    assert specials(many) == [] and len(many) <= MARKDOWN_BLOCK_MAX
