@@ -137,6 +137,11 @@ def _plain(text: str, limit: int = 3000) -> str:
 # <!channel>, <!here>, <!everyone>, <!group>, <!subteam^…>: each notifies many people
 _SPECIAL_MENTION = re.compile(r"<(?=!(?:channel|here|everyone|group|subteam\^))", re.IGNORECASE)
 _ENTITY_TAIL = re.compile(r"&[a-z]{0,3}$")
+# Slack's own markup, kept in a mrkdwn text as written: a user or channel mention, a link
+_SLACK_TOKEN = re.compile(
+    r"<(?:@[UW][A-Z0-9]+|#C[A-Z0-9]+|(?:https?://|mailto:)[^\s<>|]+)(?:\|[^<>\n]*)?>"
+)
+_LINK_URL = re.compile(r"(?:https?://|mailto:)[^\s<>|]+")
 # what answers are parsed with to find their code (CommonMark, and GitHub's tables)
 _PARSE_OPTIONS = (
     pyromark.Options.ENABLE_TABLES
@@ -145,28 +150,101 @@ _PARSE_OPTIONS = (
 )
 
 
-def _code(text: str) -> list[tuple[int, int]]:
-    """The code spans and blocks of ``text`` (UTF-8 byte ranges): shown literally,
-    nothing in them is markup."""
-    code: list[tuple[int, int]] = []
+@dataclass
+class _Parsed:
+    """Where an answer's code and Markdown links are (UTF-8 byte ranges)."""
+
+    code: list[tuple[int, int]]
+    links: list[tuple[int, int, str]]  # a link's range and its mrkdwn form
+
+
+def _parse(text: str) -> _Parsed:
+    """The code spans and blocks of ``text`` (shown literally: nothing in them is
+    markup), and its Markdown links and images written as mrkdwn links (``<url|label>``,
+    or ``label (url)`` for what is not a web address)."""
+    parsed = _Parsed([], [])
+    open_links: list[tuple[int, int, str, list[str]]] = []  # an image can be in a link
     for payload, where in pyromark.events_with_range(text, options=_PARSE_OPTIONS):
         event: Any = payload  # pyromark's union of TypedDicts, read as the dicts they are
         if not isinstance(event, dict):
             continue
-        opened = event.get("Start")
+        start, end = where["start"], where["end"]
+        opened, closed = event.get("Start"), event.get("End")
         if "Code" in event or (isinstance(opened, dict) and "CodeBlock" in opened):
-            code.append((where["start"], where["end"]))
-    return code
+            parsed.code.append((start, end))
+        if isinstance(opened, dict) and ("Link" in opened or "Image" in opened):
+            data: Any = opened.get("Link") or opened.get("Image")
+            if data.get("link_type") in ("Autolink", "Email"):
+                continue  # <https://…> is a mrkdwn link as it is
+            open_links.append((start, end, str(data.get("dest_url", "")), []))
+        elif closed in ("Link", "Image") and open_links:
+            start, end, url, label = open_links.pop()
+            if not open_links:  # the outermost: its text has the inner ones' text
+                parsed.links.append((start, end, _mrkdwn_link(url, "".join(label))))
+        piece = event.get("Text", event.get("Code"))
+        if isinstance(piece, str):
+            for link in open_links:
+                link[3].append(piece)
+    return parsed
+
+
+def _escape(text: str) -> str:
+    """``&``, ``<`` and ``>`` as HTML entities, as Slack's formatting reference asks of
+    text not meant as its markup."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _mrkdwn_link(url: str, label: str) -> str:
+    label = " ".join(label.split())
+    if _LINK_URL.fullmatch(url):
+        link = _escape(url)  # Slack writes & in a link's URL as &amp; too
+        return f"<{link}|{_escape(label)}>" if label and label != url else f"<{link}>"
+    return _escape(f"{label} ({url})" if label and url else label or url)
 
 
 def _mrkdwn(text: str, limit: int = 3000) -> str:
-    """Agent text for a mrkdwn ``text`` field: ``&``, ``<`` and ``>`` escaped as Slack's
-    formatting reference asks, so none of it is read as a mention or link (``<!channel>``
-    would notify the whole channel); clipped without cutting an entity in half."""
-    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    if len(escaped) <= limit:
-        return escaped
-    return _ENTITY_TAIL.sub("", escaped[: limit - 1]) + "…"
+    """Agent text for a mrkdwn ``text`` field (the notification's text when the message
+    has blocks): readable there, and notifying no channel. A Markdown link becomes a
+    mrkdwn link (``<https://x|label>``); Slack's own user and channel mentions and links
+    are kept; everything else has ``&``, ``<`` and ``>`` escaped as Slack's formatting
+    reference asks, so none of it is read as a mention or link (``<!channel>`` would
+    notify the whole channel), code included; clipped without cutting an entity or a
+    link in half."""
+    raw = text.encode()
+    parsed = _parse(text)
+    pieces: list[tuple[str, bool]] = []  # (text, whether it is cut only as a whole)
+    at = 0
+    regions: list[tuple[int, int, str | None]] = [(a, b, None) for a, b in parsed.code]
+    regions = sorted([*regions, *parsed.links], key=lambda r: (r[0], r[1]))
+    for start, end, form in [*regions, (len(raw), len(raw), None)]:
+        if start < at:
+            continue  # code inside a link's text: the link is written whole
+        plain = raw[at:start].decode()
+        last = 0
+        for token in _SLACK_TOKEN.finditer(plain):
+            pieces.append((_escape(plain[last : token.start()]), False))
+            pieces.append((token.group(0), True))
+            last = token.end()
+        pieces.append((_escape(plain[last:]), False))
+        if form is None:
+            pieces.append((_escape(raw[start:end].decode()), False))
+        else:
+            pieces.append((form, True))
+        at = end
+    out: list[str] = []
+    room = limit
+    if sum(len(p) for p, _ in pieces) > limit:
+        room = limit - 1  # for the "…"
+    for piece, whole in pieces:
+        if len(piece) <= room:
+            out.append(piece)
+            room -= len(piece)
+            continue
+        if not whole:
+            out.append(_ENTITY_TAIL.sub("", piece[:room]))
+        out.append("…")
+        break
+    return "".join(out)
 
 
 def _markdown(text: str) -> str:
@@ -180,7 +258,7 @@ def _markdown(text: str) -> str:
     raw = text.encode()
     out: list[str] = []
     at = 0
-    for start, end in [*sorted(_code(text)), (len(raw), len(raw))]:
+    for start, end in [*sorted(_parse(text).code), (len(raw), len(raw))]:
         if start < at:
             continue
         out.append(_SPECIAL_MENTION.sub("<\u200d", raw[at:start].decode()))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from adapters.slack.surface import MARKDOWN_BLOCK_MAX, SlackSurface, _markdown, blocks_for
+from adapters.slack.surface import MARKDOWN_BLOCK_MAX, SlackSurface, _markdown, _mrkdwn, blocks_for
 from bridge.model import Choice, Outgoing, ReplyKind, ReplyTarget
 
 AGENT = "**done** <!channel> <!here|here> <!everyone> <!subteam^S123> a < b & c > d <@U1>"
@@ -36,9 +36,9 @@ async def test_agent_text_cannot_notify_a_channel(kind: ReplyKind) -> None:
     await surface.send(target, message, reply_key="k")
     sent = client.calls[0]
     if "text" in sent:  # mrkdwn: &, < and > escaped, as Slack's formatting reference asks
-        assert sent["text"] == (
+        assert sent["text"] == (  # a user's mention is one (the person who asked a prompt)
             "**done** &lt;!channel&gt; &lt;!here|here&gt; &lt;!everyone&gt; "
-            "&lt;!subteam^S123&gt; a &lt; b &amp; c &gt; d &lt;@U1&gt;"
+            "&lt;!subteam^S123&gt; a &lt; b &amp; c &gt; d <@U1>"
         )
     for markdown in [sent.get("markdown_text")] + [
         b["text"] for b in sent.get("blocks") or [] if b["type"] == "markdown"
@@ -82,3 +82,22 @@ def test_a_clipped_block_defuses_what_the_cut_took_out_of_code() -> None:
     assert specials(block["text"]) == [] and len(block["text"]) <= MARKDOWN_BLOCK_MAX
     many = blocks_for(Outgoing(kind=ReplyKind.ANSWER, text="<!here> " * 2000))[0]["text"]
     assert specials(many) == [] and len(many) <= MARKDOWN_BLOCK_MAX
+
+
+def test_the_notification_text_shows_links_and_mentions_readably() -> None:
+    """The mrkdwn ``text`` (the notification's text beside blocks, per chat.postMessage)
+    had every link and mention escaped: ``&lt;@U1&gt;`` and raw ``[docs](https://…)``
+    showed as typed. Now a Markdown link is a mrkdwn link, Slack's own mentions and links
+    are kept; special mentions and code stay escaped."""
+    text = _mrkdwn(
+        "Asked by <@U123>: see [the docs](https://example.com/a?b=1&c=2), "
+        "<https://example.com|home>, [src](src/main.py), <#C42|general>, <!here> and "
+        "`[x](https://example.com) <@U9>`"
+    )
+    assert text == (
+        "Asked by <@U123>: see <https://example.com/a?b=1&amp;c=2|the docs>, "
+        "<https://example.com|home>, src (src/main.py), <#C42|general>, &lt;!here&gt; and "
+        "`[x](https://example.com) &lt;@U9&gt;`"
+    )
+    clipped = _mrkdwn("x" * 2990 + " see [the docs](https://example.com/a)", 3000)
+    assert clipped == "x" * 2990 + " see …"  # a link is cut off whole, never in half
