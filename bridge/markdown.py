@@ -11,10 +11,12 @@ A list or quote longer than a message is cut between its lines. A part is read o
 so its start must mean what it meant in place: a code block a cut falls in is closed before
 the cut and reopened after it as a real fence (indented four spaces it would be an indented
 code block showing its backticks), keeping only the quote marks; an item nested in a list
-gets its ancestors back as ``…`` items, or it would read as a top-level item. A code block
-is opened only with room for its closing line. Every part is within the limit, whatever
-the nesting: where the ancestors alone would nearly fill a part they are left out, and a
-block no cut can bring under the limit is cut as text.
+gets its ancestors back as ``…`` items, or it would read as a top-level item, with a blank
+line after one whose next line starts an item numbered other than 1 (which cannot interrupt
+the ``…`` and would read as its text, the code under it as indented code). A code block is
+opened only with room for its closing line. Every part is within the limit, whatever the
+nesting: where the ancestors alone would nearly fill a part they are left out, and a block
+no cut can bring under the limit is cut as text.
 
 A paragraph longer than a message is cut at a space outside links, emphasis, code spans and
 HTML tags (a cut inside one shows its markers as text on both sides), and never before text
@@ -394,6 +396,24 @@ def _fence_room(form: _FenceForm, f: _Fence, limit: int) -> int:
     return max(limit - reopen - 2 * len(form.quotes) - len(f.markup) - 3, 1)
 
 
+def _lead(stubs: list[str], line: str) -> list[str]:
+    """``stubs`` to put above ``line``, with a blank line (keeping the stub's quote marks)
+    before a stub or line that starts an ordered item not numbered 1, or an empty item:
+    neither can interrupt a paragraph (CommonMark), so right under a ``…`` it would read as
+    more of that text, and what it holds (a code block) as text or indented code."""
+    lead: list[str] = []
+    for stub, after in zip(stubs, [*stubs[1:], line][: len(stubs)], strict=True):
+        lead.append(stub)
+        mark = _ITEM_MARK.match(after)
+        if mark is None:
+            continue
+        number = mark.group(2).strip()[:-1]
+        if (number and int(number) != 1) or not after[mark.end() :].strip():
+            quotes = _QUOTES.match(stub)
+            lead.append(quotes.group(0).rstrip() if quotes else "")
+    return lead
+
+
 def _split_container(block: _Block, limit: int) -> list[str]:
     """A list or quote longer than ``limit``, cut between its lines.
 
@@ -483,7 +503,7 @@ def _split_container(block: _Block, limit: int) -> list[str]:
             continue
         opener = opens.get(i)
         closing, first = opener[:2] if opener else (0, 0)  # room for its closer, first line
-        context = sum(len(s) + 1 for s in stubs(i, True))
+        context = sum(len(s) + 1 for s in _lead(stubs(i, True), line))
         cont = _CONT.match(line)
         cont_prefix = (cont.group(1) + " " * len(cont.group(2))) if cont else ""
         if limit - context - len(cont_prefix) - closing - 1 < _MIN_ROOM:
@@ -503,7 +523,7 @@ def _split_container(block: _Block, limit: int) -> list[str]:
             if chunk and size + len(text) + 1 + closing + first > limit:
                 push()
             if not chunk or fresh:
-                lead = stubs(i, k > 0) if context else []
+                lead = _lead(stubs(i, k > 0), text) if context else []
                 if not lead:
                     text = text.lstrip(" ")
                 if (

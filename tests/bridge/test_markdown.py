@@ -3,6 +3,7 @@ nothing lost (parsed back with the same CommonMark parser the splitter uses)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from types import FrameType, ModuleType
@@ -101,6 +102,46 @@ def test_a_nested_item_at_the_start_of_a_part_keeps_its_depth() -> None:
         if not first.startswith("- item"):  # an ancestor stands in for the item cut off
             assert first == "- …", part[:60]
             assert any(t.type == "bullet_list_open" and t.level > 0 for t in md.parse(part))
+
+
+def items_of(part: str) -> list[tuple[int, int, str]]:
+    """Each list item CommonMark finds in ``part``: its depth, its number (0 in a bullet
+    list) and its first paragraph's text."""
+    found: list[tuple[int, int, str]] = []
+    numbers: list[int] = []  # the next number of each list open around a token
+    for k, tok in enumerate(tokens := md.parse(part)):
+        if tok.type in ("ordered_list_open", "bullet_list_open"):
+            numbers.append(int(tok.attrGet("start") or 1) if tok.type[0] == "o" else 0)
+        elif tok.type in ("ordered_list_close", "bullet_list_close"):
+            numbers.pop()
+        elif tok.type == "list_item_open":
+            text = tokens[k + 2].content if tokens[k + 1].type == "paragraph_open" else ""
+            found.append((len(numbers), numbers[-1], text))
+            numbers[-1] += 1 if numbers[-1] else 0
+    return found
+
+
+def test_nested_items_numbered_from_other_than_1_keep_their_depth_and_code_at_a_cut() -> None:
+    """A part starting inside a list numbered from 10 had ``10) …`` then ``    5) …``: an
+    item numbered other than 1 cannot interrupt a paragraph, so it read as more of the
+    ``…`` text, and the code block under it as indented code showing its backticks."""
+
+    def item(n: int) -> str:
+        pad = " " * (7 + len(f"{n}) "))
+        return f"       {n}) run step {n}:\n\n{pad}```sh\n{pad}echo {n}\n{pad}```"
+
+    text = (
+        "10) Deploy:\n\n    5) On the server:\n\n"
+        + "\n".join(item(n) for n in range(7, 80))
+        + "\n11) Done."
+    )
+    parts = check(text, 600, [f"echo {n}" for n in range(7, 80)])
+    assert not [t for p in parts for t in md.parse(p) if t.type == "code_block"], parts
+    steps = [it for p in parts for it in items_of(p) if it[2].startswith("run step")]
+    assert steps == [(3, n, f"run step {n}:") for n in range(7, 80)]  # numbered as written
+    for part in parts[1:]:
+        assert items_of(part)[:2] == [(1, 10, "…"), (2, 5, "…")], part[:80]
+    assert items_of(parts[-1])[-1] == (1, 11, "Done.")
 
 
 def test_a_long_paragraph_is_not_cut_inside_a_link_bold_or_code() -> None:
@@ -202,7 +243,8 @@ def test_splitting_does_work_in_proportion_to_the_answer(shape: str) -> None:
     (every line looked at every list item of the answer), holding the event loop."""
     make = LONG_INPUTS[shape]
     small, large = (
-        lines_run(lambda n=n: split_markdown(make(n), 500), bridge.markdown) for n in (400, 800)
+        lines_run(functools.partial(split_markdown, make(n), 500), bridge.markdown)
+        for n in (400, 800)
     )
     assert large / small < 2.5, (small, large)
 
