@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 METADATA_EVENT = "jazz_bridge_reply"
 MARKDOWN_BLOCK_MAX = 11_000  # Slack: 12,000 characters across a message's markdown blocks
+MARKDOWN_TEXT_MAX = 12_000  # Slack: chat.postMessage's markdown_text, 12,000 characters
 BUTTON_LABEL_MAX = 75
 BUTTONS_PER_ACTIONS = 25
 DOWNLOAD_CHUNK = 64 * 1024
@@ -136,6 +137,9 @@ def _plain(text: str, limit: int = 3000) -> str:
 
 # <!channel>, <!here>, <!everyone>, <!group>, <!subteam^…>: each notifies many people
 _SPECIAL_MENTION = re.compile(r"<(?=!(?:channel|here|everyone|group|subteam\^))", re.IGNORECASE)
+_SPECIAL_BANG = re.compile(r"<!(?=(?:channel|here|everyone|group|subteam\^))", re.IGNORECASE)
+_JOINED = "<\u200d"  # a zero-width joiner between < and !: reads the same, adds a character
+_CLICK = "<\u01c3"  # ! as U+01C3, drawn the same: adds nothing where a joiner won't fit
 _ENTITY_TAIL = re.compile(r"&[a-z]{0,3}$")
 # Slack's own markup, kept in a mrkdwn text as written: a user or channel mention, a link
 _SLACK_TOKEN = re.compile(
@@ -247,33 +251,45 @@ def _mrkdwn(text: str, limit: int = 3000) -> str:
     return "".join(out)
 
 
-def _markdown(text: str) -> str:
-    """Agent text for ``markdown_text`` or a markdown block. Slack does not document how
-    these treat ``<!channel>`` and the like, nor any escape for them (HTML entities would
-    show as typed), so a zero-width joiner (U+200D) goes between ``<`` and ``!`` where one would
-    form: the text reads the same and notifies nobody. Not in code, which Slack shows as
-    written (nothing in it notifies): there the joiner would only corrupt what is copied."""
+def _markdown(text: str, limit: int = MARKDOWN_TEXT_MAX) -> str:
+    """Agent text for ``markdown_text`` or a markdown block, at most ``limit`` characters.
+    Slack does not document how these treat ``<!channel>`` and the like, nor any escape for
+    them (HTML entities would show as typed), so a zero-width joiner (U+200D) goes between
+    ``<`` and ``!`` where one would form: the text reads the same and notifies nobody. Not
+    in code, which Slack shows as written (nothing in it notifies): there the joiner would
+    only corrupt what is copied. A text with so many of them that the joiners would take it
+    over ``limit`` (a part cut to the limit full of ``<!here>``, which Slack would refuse)
+    gets U+01C3 (LATIN LETTER RETROFLEX CLICK, drawn as ``!``) for each ``!`` instead,
+    which adds nothing; a text longer than ``limit`` on its own is clipped first."""
+    text = _plain(text, limit)
     if not _SPECIAL_MENTION.search(text):
         return text
     raw = text.encode()
-    out: list[str] = []
+    outside: list[str] = []  # the text between code spans and blocks, then the code itself
+    code: list[str] = []
     at = 0
     for start, end in [*sorted(_parse(text).code), (len(raw), len(raw))]:
         if start < at:
             continue
-        out.append(_SPECIAL_MENTION.sub("<\u200d", raw[at:start].decode()))
-        out.append(raw[start:end].decode())
+        outside.append(raw[at:start].decode())
+        code.append(raw[start:end].decode())
         at = end
-    return "".join(out)
+    found = sum(len(_SPECIAL_MENTION.findall(piece)) for piece in outside)
+    if len(text) + found <= limit:
+        defused = [_SPECIAL_MENTION.sub(_JOINED, piece) for piece in outside]
+    else:
+        defused = [_SPECIAL_BANG.sub(_CLICK, piece) for piece in outside]
+    return "".join(piece for pair in zip(defused, code, strict=True) for piece in pair)
 
 
 def blocks_for(message: Outgoing) -> list[dict[str, Any]]:
     """A markdown block with the text, then the choices as buttons (if any)."""
     text = message.text or " "
-    # clipped first: a cut that drops a code span's closing backticks turns what was code
-    # into text (to be defused), and room is kept for the joiners
-    room = MARKDOWN_BLOCK_MAX - len(_SPECIAL_MENTION.findall(text))
-    blocks: list[dict[str, Any]] = [{"type": "markdown", "text": _markdown(_plain(text, room))}]
+    # clipped before defusing (in _markdown): a cut that drops a code span's closing
+    # backticks turns what was code into text, to be defused
+    blocks: list[dict[str, Any]] = [
+        {"type": "markdown", "text": _markdown(text, MARKDOWN_BLOCK_MAX)}
+    ]
     buttons: list[dict[str, Any]] = []
     for i, choice in enumerate(message.choices):
         button: dict[str, Any] = {

@@ -7,9 +7,18 @@ from typing import Any
 
 import pytest
 
-from adapters.slack.surface import MARKDOWN_BLOCK_MAX, SlackSurface, _markdown, _mrkdwn, blocks_for
+from adapters.slack.surface import (
+    MARKDOWN_BLOCK_MAX,
+    SlackSurface,
+    _markdown,
+    _mrkdwn,
+    blocks_for,
+)
+from bridge.markdown import split_markdown
 from bridge.model import Choice, Outgoing, ReplyKind, ReplyTarget
 
+# chat.postMessage's markdown_text (and a markdown block): "Limit ... 12,000 characters"
+SLACK_MARKDOWN_TEXT_LIMIT = 12_000
 AGENT = "**done** <!channel> <!here|here> <!everyone> <!subteam^S123> a < b & c > d <@U1>"
 
 
@@ -22,6 +31,11 @@ class Client:
         return {"ts": "1.2"}
 
 
+def surface_for(client: Client) -> SlackSurface:
+    fake: Any = client  # the calls the surface makes, recorded
+    return SlackSurface(fake, "xoxb-t", api_url="https://slack.com/api/", max_file_bytes=1)
+
+
 def specials(text: str) -> list[str]:
     return [k for k in ("<!channel", "<!here", "<!everyone", "<!subteam") if k in text]
 
@@ -29,7 +43,7 @@ def specials(text: str) -> list[str]:
 @pytest.mark.parametrize("kind", [ReplyKind.ANSWER, ReplyKind.PROMPT])
 async def test_agent_text_cannot_notify_a_channel(kind: ReplyKind) -> None:
     client = Client()
-    surface = SlackSurface(client, "xoxb-t", api_url="https://slack.com/api/", max_file_bytes=1)
+    surface = surface_for(client)
     target = ReplyTarget(surface="slack", thread_key="slack:T1:C1", context={"channel": "C1"})
     choices = (Choice(token="t.y", label="Approve", style="primary"),)
     message = Outgoing(kind=kind, text=AGENT, choices=choices if kind is ReplyKind.PROMPT else ())
@@ -101,3 +115,27 @@ def test_the_notification_text_shows_links_and_mentions_readably() -> None:
     )
     clipped = _mrkdwn("x" * 2990 + " see [the docs](https://example.com/a)", 3000)
     assert clipped == "x" * 2990 + " see …"  # a link is cut off whole, never in half
+
+
+async def test_an_answer_part_full_of_special_mentions_stays_within_slacks_limit() -> None:
+    """An answer is split to 12,000 - 16 characters, and a joiner then went in before each
+    ``<!here>``: a part full of them reached 13,484 characters in ``markdown_text``, over
+    the 12,000 chat.postMessage allows. Now such a part reads the same within the limit."""
+    client = Client()
+    surface = surface_for(client)
+    target = ReplyTarget(surface="slack", thread_key="slack:T1:C1", context={"channel": "C1"})
+    answer = "<!here> " * 3000 + "\n\nRun `<!here>` and <!channel>"
+    parts = split_markdown(answer, SlackSurface.capabilities.max_length - 16)
+    for i, part in enumerate(parts):
+        await surface.send(target, Outgoing(ReplyKind.ANSWER, part), reply_key=f"k{i}")
+    sent = [call["markdown_text"] for call in client.calls]
+    assert len(sent) == len(parts) > 1
+    for part, text in zip(parts, sent, strict=True):
+        assert len(text) <= SLACK_MARKDOWN_TEXT_LIMIT, len(text)
+        assert specials(text.replace("`<!here>`", "")) == [], text[:40]
+        assert text.replace("\u200d", "").replace("\u01c3", "!") == part  # reads the same
+    assert sent[-1].endswith("Run `<!here>` and <\u200d!channel>")  # code as written
+    prompt = "<!here> " * 1300  # within a markdown block, not with a joiner to each
+    blocked = blocks_for(Outgoing(ReplyKind.PROMPT, prompt))[0]["text"]
+    assert len(blocked) <= MARKDOWN_BLOCK_MAX and specials(blocked) == []
+    assert blocked.replace("\u01c3", "!") == prompt  # not clipped to make room for joiners
