@@ -10,9 +10,11 @@ Telegram refuses a whole message's entities for one it does not accept, and the 
 then sends the answer unformatted; so what the converter would produce but Telegram
 refuses is mended here: a link to a relative path or anchor becomes the path in code (a
 coding agent links files constantly), entities nest only as the Bot API allows (quotes
-are flattened), and lone ``\\r`` line ends are read as newlines. What the converter loses
-is kept: the URL of a link in a table (sent as a code block: the link gets a number, its
-URL is listed after the table) or of a link without text.
+are flattened), and lone ``\\r`` line ends are read as newlines. In a list item the
+converter runs the text after a table, code block, heading or rule onto its last line
+(``x | ypara``): a hard line break opens that text. What the converter loses is kept:
+the URL of a link in a table (sent as a code block: the link gets a number, its URL is
+listed after the table) or of a link without text.
 Parts are cut at a newline or space, so text of astral characters (two UTF-16 units each,
 which the core's character count cannot see) is not cut inside a word.
 """
@@ -114,10 +116,72 @@ def literal_html(markdown: str) -> str:
     return out.decode()
 
 
+# blocks the converter ends, inside a list item, without a line break after them
+UNENDED_BLOCKS = frozenset({"Table", "CodeBlock", "Heading", "Rule"})
+INLINE_STARTS = frozenset({"Paragraph", "Strong", "Emphasis", "Strikethrough", "Link", "Image"})
+INLINE_EVENTS = frozenset({"Text", "Code", "InlineMath", "InlineHtml", "FootnoteReference"})
+UNDERLINE = re.compile(rb"(?:=+|-+)[ ]*(?:\n|$)")  # a setext heading's underline
+
+
+def _name(tag: Any) -> str:
+    return tag if isinstance(tag, str) else next(iter(tag), "") if isinstance(tag, dict) else ""
+
+
+def broken_after_blocks(markdown: str) -> str:
+    """``markdown`` with a hard line break (``\\`` and a newline) opening the text that
+    follows a table, code block, heading or rule in a list item.
+
+    In a list item the converter writes such text straight after the block, with no line
+    break: a paragraph under a table read ``x | ypara``, one under a code block ``xpara``
+    (outside lists it adds the break itself). The hard break puts it on a line of its own,
+    as the text would be anywhere else; the new line keeps the paragraph's quote marks and
+    indentation.
+    """
+    if "\n" not in markdown:
+        return markdown
+    raw = markdown.encode()
+    stack: list[list[Any]] = []  # [the container's name, whether a block just ended in it]
+    cuts: list[int] = []  # byte offsets where a hard break goes
+    for payload, where in pyromark.events_with_range(markdown, options=PARSE_OPTIONS):
+        event: Any = payload
+        in_item = bool(stack) and stack[-1][0] == "Item"
+        if isinstance(event, str):  # a rule, a soft or hard break
+            if in_item:
+                stack[-1][1] = event == "Rule"
+            continue
+        if not isinstance(event, dict):
+            continue
+        if "End" in event:
+            name = stack.pop()[0] if stack else ""
+            if stack and stack[-1][0] == "Item":
+                stack[-1][1] = name in UNENDED_BLOCKS
+            continue
+        opened = _name(event["Start"]) if "Start" in event else ""
+        if in_item and stack[-1][1] and (opened in INLINE_STARTS or INLINE_EVENTS & event.keys()):
+            cuts.append(where["start"])
+        if in_item:
+            stack[-1][1] = False
+        if opened:
+            stack.append([opened, False])
+    if not cuts:
+        return markdown
+    out = bytearray()
+    last = 0
+    for at in cuts:
+        line = raw[raw.rfind(b"\n", 0, at) + 1 : at].decode()
+        prefix = "".join(c if c == ">" else " " for c in line)  # its quote marks, indentation
+        # a first line of = would underline the break's line as a heading: escaped
+        escape = b"\\" if UNDERLINE.match(raw, at) else b""
+        out += raw[last:at] + b"\\\n" + prefix.encode() + escape
+        last = at
+    out += raw[last:]
+    return out.decode()
+
+
 def render(markdown: str, limit: int = MAX_MESSAGE) -> list[Part]:
     """Markdown as Telegram messages of at most ``limit`` UTF-16 units each."""
     markdown = markdown.replace("\r\n", "\n").replace("\r", "\n")
-    source = readable_links(literal_html(markdown))
+    source = broken_after_blocks(readable_links(literal_html(markdown)))
     text, entities = telegramify_markdown.convert(source, config=RENDER_CONFIG)
     if not text.strip():
         fallback = markdown.strip() or "…"

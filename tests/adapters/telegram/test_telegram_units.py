@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -363,6 +364,26 @@ def test_notes_of_a_table_in_a_quote_stay_in_the_quote() -> None:
     assert part.text[quote.offset :][: quote.length].endswith("[1] https://x.y/1\n\nend")
 
 
+def test_text_after_a_table_or_code_in_a_list_item_starts_on_its_own_line() -> None:
+    """In a list item the converter wrote the paragraph after a table onto the table's
+    last row (``x | ypara after``), and after a code block onto its last line."""
+    table = "| a | b |\n|---|---|\n| x | [l](https://x.y/1) |"
+    item = "- item\n\n" + "\n".join(f"  {row}" for row in table.split("\n"))
+    (part,) = convert.render(item + "\n\n  para after\n- next")
+    assert (
+        part.text == "⦁ item\na | b   \n--+-----\nx | l[1]\n[1] https://x.y/1\npara after\n⦁ next\n"
+    )
+    (pre,) = part.entities
+    assert part.text[pre.offset : pre.offset + pre.length].endswith("x | l[1]")  # the table
+    (quoted,) = convert.render("> 1. item\n>\n>    ```sh\n>    ls\n>    ```\n>\n>    then **this**")
+    assert quoted.text == "1. item\nls\nthen this\n"
+    assert {e.type for e in quoted.entities} == {"blockquote", "pre", "bold"}
+    (heading,) = convert.render("- a\n\n  ## h\n\n  b\n\n  ---\n  ===")
+    assert heading.text.endswith("h\nb\n\n————————\n===\n"), heading.text
+    (top,) = convert.render(table + "\n\npara after")  # outside a list: as before
+    assert top.text.endswith("x | l[1]\n\n[1] https://x.y/1\n\npara after"), top.text
+
+
 def test_an_open_task_shows_an_empty_box() -> None:
     (part,) = convert.render("- [ ] not done\n- [x] done")
     assert part.text.splitlines() == ["\N{WHITE LARGE SQUARE} not done", "✅ done"]
@@ -453,6 +474,6 @@ def test_rendering_does_work_in_proportion_to_the_answer(shape: str) -> None:
     entity of the answer (a 1 MB answer of code spans took 9 s, holding the event loop)."""
     make = LONG_ANSWERS[shape]
     small, large = (
-        lines_run(lambda n=n: convert.render(make(n), 300), convert) for n in (1500, 3000)
+        lines_run(functools.partial(convert.render, make(n), 300), convert) for n in (1500, 3000)
     )
     assert large / small < 2.5, (small, large)
