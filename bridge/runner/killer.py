@@ -8,12 +8,15 @@ the caller may signal (for a caller without privileges: exactly those whose real
 uid is its own), and the kernel walks the task list under the lock ``fork`` needs to add
 a process.
 
-The calls are made by one small root helper process (:class:`AccountKiller`, started on
-first use and kept): a uid switch is per process, never to be made in the gateway's own
-threads. Per account it becomes the uid with root kept as the saved uid, calls
-``kill(-1, SIGKILL)`` and becomes root again: three system calls, no process started per
-sweep. Any failure ends the helper (it never goes on half switched); the next request
-starts a new one.
+The calls are made through one small root helper process (:class:`AccountKiller`,
+started on first use and kept, so a sweep starts no program): a uid switch is per process
+and never made in the gateway's own threads. Per account the helper forks a child that
+becomes the account for good (real, effective and saved uid: there is no way back) and
+calls ``kill(-1, SIGKILL)``. The helper itself never takes the account's uid, so nothing
+the account runs can signal it. The child can be: the account may stop it (SIGSTOP) or
+kill it in the moment before its kill, so the helper continues a stopped child (SIGCONT)
+until it gets its kill in, and replaces one killed or stopped too often (a few times,
+then reports the account; the caller's scans still run).
 """
 
 from __future__ import annotations
@@ -27,28 +30,56 @@ from collections.abc import Iterable
 
 log = logging.getLogger(__name__)
 
-HELPER_PROGRAM = """
+UID_MAX = 2**31 - 2  # (uid_t)-1 means "unchanged" to setresuid: never a uid to switch to
+ATTEMPTS = 5  # per account: its own processes may stop or kill the child in its moment
+CONTINUES = 1000  # a child stopped by the account is continued this often, then replaced
+
+HELPER_PROGRAM = f"""
 import os, signal, sys
-for line in sys.stdin:
-    try:
-        for word in line.split():
-            uid = int(word)
-            if uid <= 0:
-                raise ValueError("refusing uid %d" % uid)
-            os.setresuid(uid, uid, 0)  # root stays the saved uid: the way back
+
+def kill_as(uid):
+    for attempt in range({ATTEMPTS}):
+        pid = os.fork()
+        if pid == 0:  # the child becomes the account for good (no way back), then kills
+            code = 0
             try:
-                os.kill(-1, signal.SIGKILL)  # never this helper itself
+                os.setgroups([])
+                os.setresuid(uid, uid, uid)
+                if os.getresuid() != (uid, uid, uid):
+                    code = 3
+                else:
+                    os.kill(-1, signal.SIGKILL)  # every process of the uid, never itself
             except ProcessLookupError:
                 pass
-            os.setresuid(0, 0, 0)
-    except BaseException as exc:
-        sys.stdout.write("error %s\\n" % (exc,))
-        sys.stdout.flush()
-        os._exit(1)
-    sys.stdout.write("ok\\n")
+            except BaseException:
+                code = 4
+            os._exit(code)
+        for _ in range({CONTINUES}):
+            _, status = os.waitpid(pid, os.WUNTRACED)
+            if not os.WIFSTOPPED(status):
+                break
+            os.kill(pid, signal.SIGCONT)  # stopped by the account: on with its kill
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            continue
+        if os.WIFEXITED(status):
+            if os.WEXITSTATUS(status) == 0:
+                return None
+            return "uid %d: could not become it (exit %d)" % (uid, os.WEXITSTATUS(status))
+    return "uid %d: its processes stopped the kill {ATTEMPTS} times" % uid
+
+for line in sys.stdin:
+    failed = []
+    for word in line.split():
+        uid = int(word)
+        failed.append("uid %d refused" % uid if not 0 < uid <= {UID_MAX} else kill_as(uid))
+    failed = [f for f in failed if f]
+    sys.stdout.write("error " + "; ".join(failed[:3]) + "\\n" if failed else "ok\\n")
     sys.stdout.flush()
 """
-REPLY_TIMEOUT_S = 30.0  # three system calls per account; bounded all the same
+REPLY_TIMEOUT_S = 30.0  # bound on one request, plus PER_ACCOUNT_S for each account in it
+PER_ACCOUNT_S = 0.01  # a fork, two system calls and a wait: about 0.5 ms here
 
 
 class AccountKillError(OSError):
@@ -68,14 +99,15 @@ class AccountKiller:
         wanted = sorted(set(uids))
         if not wanted:
             return
-        if wanted[0] <= 0:
-            raise ValueError(f"uid {wanted[0]}: killing as root would kill every process")
+        wrong = [uid for uid in wanted if not 0 < uid <= UID_MAX]
+        if wrong:
+            raise ValueError(f"uid {wrong[0]}: not an account's uid (it would kill every process)")
         request = (" ".join(map(str, wanted)) + "\n").encode()
         what = f"uid {wanted[0]}" if len(wanted) == 1 else f"{len(wanted)} accounts"
         with self._lock:
             for attempt in (1, 2):  # a helper that died since its last use is started again
                 try:
-                    reply = self._ask(request)
+                    reply = self._ask(request, REPLY_TIMEOUT_S + PER_ACCOUNT_S * len(wanted))
                 except OSError as exc:
                     self._discard()
                     if attempt == 2:
@@ -85,23 +117,27 @@ class AccountKiller:
                     continue
                 if reply == b"ok":
                     return
-                self._discard()
-                if reply.startswith(b"error") or attempt == 2:
-                    why = reply.decode(errors="replace") or "the helper exited"
+                if reply.startswith(b"error "):  # the helper is fine; some account was not
+                    why = reply[6:].decode(errors="replace")
                     raise AccountKillError(f"cannot kill the processes of {what}: {why}")
+                self._discard()  # it ended (or answered nonsense): a new one, once
+                if attempt == 2:
+                    raise AccountKillError(
+                        f"cannot kill the processes of {what}: the helper ended without a reply"
+                    )
 
     def close(self) -> None:
         with self._lock:
             self._discard()
 
-    def _ask(self, request: bytes) -> bytes:
+    def _ask(self, request: bytes, timeout: float) -> bytes:
         proc = self._helper()
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(request)
         proc.stdin.flush()
-        ready, _, _ = select.select([proc.stdout], [], [], REPLY_TIMEOUT_S)
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
         if not ready:
-            raise OSError(f"no answer from the helper within {REPLY_TIMEOUT_S:.0f}s")
+            raise OSError(f"no answer from the helper within {timeout:.0f}s")
         return proc.stdout.readline().strip()
 
     def _helper(self) -> subprocess.Popen[bytes]:

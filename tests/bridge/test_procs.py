@@ -9,6 +9,7 @@ import asyncio
 import os
 import select
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -135,3 +136,41 @@ def test_the_helper_is_kept_and_started_again_when_it_died() -> None:
     killer.kill_accounts({71996})  # told on the closed pipe, and started again
     second = killer.helper_pid()
     assert second is not None and second != first
+
+
+@pytest.mark.parametrize("uid", [0, -1, 2**31 - 1, 2**32 - 1])
+def test_no_uid_that_could_be_root_is_ever_sent_to_the_helper(uid: int) -> None:
+    """(uid_t)-1 means "unchanged" to setresuid: a helper switching to it would stay root
+    and kill every process on the host."""
+    with pytest.raises(ValueError, match="not an account's uid"):
+        killer.kill_accounts({71990, uid})
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
+    reason="needs root (to start a process as nobody) and /usr/bin/python3",
+)
+def test_an_account_that_stops_everything_it_can_is_still_killed() -> None:
+    """The account's process sends SIGSTOP to every process it may signal, in a loop: the
+    helper is never one of them (it never takes the uid), and a child stopped in its
+    moment as the account is replaced by another."""
+    nobody = 65534
+    if procs.run_processes(None, nobody):
+        pytest.skip("something already runs as nobody on this host")
+    switch = ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups"]
+    stopper = "import os, signal\nwhile True:\n    os.kill(-1, signal.SIGSTOP)\n"
+    attacker = subprocess.Popen([*switch, SYSTEM_PYTHON, "-I", "-S", "-c", stopper])
+    try:
+        deadline = time.monotonic() + 10
+        while procs.run_processes(None, nobody) != [attacker.pid]:  # setpriv switched
+            assert time.monotonic() < deadline, "the attacker never ran as nobody"
+            time.sleep(0.01)  # poll interval (bounded above)
+        killer.kill_account(nobody)
+        assert attacker.wait(timeout=10) == -9
+        helper = killer.helper_pid()
+        assert helper is not None
+        with open(f"/proc/{helper}/status") as fh:
+            assert "\nState:\tT" not in fh.read()  # never stopped
+    finally:
+        attacker.kill()
+        attacker.wait(timeout=10)
