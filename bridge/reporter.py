@@ -138,11 +138,14 @@ class ProgressReporter:
             exc,
         )
 
-    async def close(self, summary: str) -> None:
-        """Turn the bubble (if one was shown) into the turn's summary line."""
+    async def close(self, summary: str) -> bool:
+        """Turn the bubble (if one was shown) into the turn's summary line; whether it is."""
         if self.bubble_ref is None:
-            return
-        with contextlib.suppress(DeliveryError, OSError):
+            return False
+        try:
             await self.surface.edit(
                 self.target, self.bubble_ref, Outgoing(ReplyKind.NOTICE, summary)
             )
+        except (DeliveryError, OSError):
+            return False
+        return True

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioning import naming
+from provisioning.accounts import AccountRegistry
 from provisioning.errors import ProvisioningError, UnsafePathError
 from provisioning.homes import Home, Homes
 from provisioning.sandbox import DEFAULT_ENV_ALLOWLIST, run_identity
@@ -94,6 +95,7 @@ class ActiveRun:
     stop_token: str = field(default_factory=P.new_token)
     stopped_by: str | None = None
     shutdown: bool = False
+    summary_shown: bool = False  # its bubble was turned into the summary (not "working")
     reporter: ProgressReporter | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -141,6 +143,8 @@ class Engine:
         # bubbles that get their run's summary: a Stop pressed just too late must not
         # replace that summary with "this run has ended" (oldest forgotten first)
         self._closed_bubbles: OrderedDict[str, None] = OrderedDict()
+        self._leftovers_killed = asyncio.Event()  # cleared while start() kills them
+        self._leftovers_killed.set()
         self.stopping = False
         self.started = False
         self._tag_secret = b""
@@ -174,13 +178,10 @@ class Engine:
             log.info("expired %d prompt(s) left from before the restart", expired)
         if self.homes.isolated and self.homes.registry is not None:
             # nothing runs yet: whatever an account runs was left by a run that ended with
-            # the gateway (one that finished just before it, or a daemon of any earlier one)
-            registry = self.homes.registry
-            uids = {a.uid for a in (await asyncio.to_thread(registry.all)).values()}
-            try:
-                await asyncio.to_thread(kill_accounts, uids)
-            except AccountKillError as exc:
-                log.error("%s; each is killed again after its conversation's next run", exc)
+            # the gateway (one that finished just before it, or a daemon of any earlier one).
+            # In the background (about half a millisecond per account): runs wait for it.
+            self._leftovers_killed.clear()
+            self._spawn(self._kill_account_leftovers(self.homes.registry), "kill-leftovers")
         interrupted: list[ReplyRecord] = []
         for msg in await self.store.messages_in_state(InboxState.RUNNING):
             await self._kill_leftovers(msg)
@@ -213,6 +214,15 @@ class Engine:
         if accepted:
             log.info("requeued %d message(s) accepted before the restart", len(accepted))
         self.started = True
+
+    async def _kill_account_leftovers(self, registry: AccountRegistry) -> None:
+        try:
+            uids = await asyncio.to_thread(registry.owned_uids)
+            await asyncio.to_thread(kill_accounts, uids)
+        except (AccountKillError, ValueError, OSError) as exc:
+            log.error("%s; each is killed again after its conversation's next run", exc)
+        finally:
+            self._leftovers_killed.set()
 
     async def _recover_delivery(
         self, pending: list[ReplyRecord], interrupted: list[ReplyRecord]
@@ -750,6 +760,7 @@ class Engine:
                 "run again after midnight UTC.",
             )
             return
+        await self._leftovers_killed.wait()  # what the accounts ran before the start is gone
         if slot.last is not None:  # the previous run's leftovers are gone before this one
             last, slot.last = slot.last, None  # (waited for without holding a run slot)
             await last.settled()
@@ -766,7 +777,11 @@ class Engine:
             self.metrics.runs_in_flight.dec()
             self._runs_sem.release()
         if ran is not None:  # recorded and answered with the run slot free for the next run
-            await self._record(*ran)
+            try:
+                await self._record(*ran)
+            finally:
+                if not ran[0].summary_shown:  # its bubble (if any) still reads "working":
+                    self._closed_bubbles.pop(ran[0].stop_token, None)  # a Stop settles it
 
     async def _over_budget(self) -> str | None:
         """Why no new run may start today (the daily cap), or None."""
@@ -1003,7 +1018,9 @@ class Engine:
         self.metrics.runs.labels(label).inc()
         self.metrics.run_duration.observe(result.duration_ms / 1000)
         if run.reporter is not None:
-            await run.reporter.close(line)
+            run.summary_shown = await run.reporter.close(line)
+        if not run.summary_shown:  # before the answer goes: a Stop pressed from now settles it
+            self._closed_bubbles.pop(run.stop_token, None)
         await self.deliverer.deliver(records)
 
     async def _finish_run(

@@ -39,6 +39,7 @@ MAP_SCHEMA = 1
 DEFAULT_UID_RANGE = (70000, 79999)
 NOLOGIN_CANDIDATES = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false")
 ACCOUNT_COMMENT = "jazz-bridge conversation"
+UID_MAX = 2**31 - 2  # above: (uid_t)-1 and friends, never an account's uid in the map
 MAX_ALLOCATIONS = 3  # uids tried for a new home whose uid another account took meanwhile
 
 
@@ -147,7 +148,8 @@ class AccountRegistry:
             str(home): dict(entry)
             for home, entry in (accounts.items() if isinstance(accounts, dict) else [])
             if isinstance(entry, dict)
-            and isinstance(entry.get("uid"), int)
+            and type(entry.get("uid")) is int  # not a bool (JSON true is no uid)
+            and 0 < entry["uid"] <= UID_MAX
             and isinstance(entry.get("name"), str)
         }
 
@@ -230,6 +232,17 @@ class AccountRegistry:
     def all(self) -> dict[str, Account]:
         with self._locked():
             return {home: _account(entry) for home, entry in self._accounts.items()}
+
+    def owned_uids(self) -> set[int]:
+        """uids of the mapped accounts that are still theirs: the system's entry for the uid
+        has the name the map recorded. A uid another account took since (the map keeps
+        the entry, see :meth:`recreate_missing`) is not this gateway's to act on."""
+        owned = set()
+        for account in self.all().values():
+            pw = _pw_by_uid(account.uid)
+            if account.uid > 0 and pw is not None and pw.pw_name == account.name:
+                owned.add(account.uid)
+        return owned
 
     # -- creation -----------------------------------------------------------------------------
 

@@ -175,3 +175,19 @@ def test_a_uid_taken_before_its_account_was_made_is_replaced_while_the_home_is_e
         for name in [squatter, *made]:
             subprocess.run(["userdel", name], check=False)
             subprocess.run(["groupdel", name], check=False, capture_output=True)
+
+
+def test_only_uids_still_owned_by_their_accounts_are_acted_on(
+    shared_root: Path, operator_group: OperatorGroup, uid_range: tuple[int, int]
+) -> None:
+    """The start-up kill reaches only accounts that are still this gateway's: not a uid
+    another account took since, nor a map entry that is no account's uid at all."""
+    homes, registry = _setup(shared_root, operator_group, uid_range)
+    mine = homes.ensure("web:owned").account
+    doc = json.loads((shared_root / "state" / "accounts.json").read_text())
+    doc["accounts"]["taken-0000000000000000"] = {"name": "jb-taken", "uid": 65534, "gid": 65534}
+    doc["accounts"]["flag-0000000000000000"] = {"name": "jb-flag", "uid": True, "gid": 1}
+    doc["accounts"]["minus-000000000000000"] = {"name": "jb-minus", "uid": -1, "gid": 1}
+    (shared_root / "state" / "accounts.json").write_text(json.dumps(doc))
+    fresh = AccountRegistry(registry.layout, operator_group.gid, uid_range)
+    assert fresh.owned_uids() == {mine.uid}  # 65534 is nobody's, not jb-taken's

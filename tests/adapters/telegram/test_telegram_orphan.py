@@ -157,3 +157,39 @@ async def test_a_stop_pressed_after_the_bubble_got_its_summary_keeps_the_summary
         assert "ended" in told.params["text"], told.params
         # the summary stays (at most the buttons, already gone, are cleared again)
         assert not [c for c in edits()[before:] if c.method == "editMessageText"], seen(fake)
+
+
+async def test_a_bubble_whose_summary_edit_failed_is_settled_by_its_stop(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """The summary could not replace the bubble (Telegram refused the edit): it still reads
+    "working" with a Stop button, and a press on it must settle it, not only toast."""
+    fake.fail_next("editMessageText", "forbidden", when=lambda p: "✓" in str(p.get("text")))
+    chat = private_chat(ADA)
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, update(730002300, chat, ADA, "!delay 3")) == 200
+        await wait_until(lambda: bool(bubbles(fake)), 15, "the progress bubble posted")
+        (bubble,) = bubbles(fake)
+        bubble_id = int(bubble.result["message_id"])
+        stop = buttons(bubble)["Stop"]
+        await wait_sent(fake, ADA, NOT_AN_AI, timeout=40)
+        await wait_until(
+            lambda: any(
+                c.method == "editMessageText"
+                and "✓" in str(c.params.get("text"))
+                and c.status != 200
+                for c in fake.calls
+            ),
+            15,
+            "the summary edit refused",
+        )
+        await wait_until(lambda: sample(app, "jazz_bridge_runs_total", outcome="ok") == 1, 15)
+        assert await post(app.port, press(730002301, ADA, chat, stop, message_id=bubble_id)) == 200
+        settle = [
+            c
+            for c in fake.calls
+            if c.method == "editMessageText"
+            and int(c.params["message_id"]) == bubble_id
+            and "ended" in str(c.params.get("text"))
+        ]
+        assert len(settle) == 1 and not settle[0].params.get("reply_markup"), seen(fake)
