@@ -45,8 +45,12 @@ def kill_as(uid):
             try:
                 os.setgroups([])
                 os.setresuid(uid, uid, uid)
+                with open("/proc/self/status") as fh:  # no capability kept (CAP_KILL: all)
+                    caps = [l.split()[1] for l in fh if l.startswith("CapEff:")]
                 if os.getresuid() != (uid, uid, uid):
                     code = 3
+                elif caps != ["0000000000000000"]:
+                    code = 5
                 else:
                     os.kill(-1, signal.SIGKILL)  # every process of the uid, never itself
             except ProcessLookupError:
@@ -66,7 +70,9 @@ def kill_as(uid):
         if os.WIFEXITED(status):
             if os.WEXITSTATUS(status) == 0:
                 return None
-            return "uid %d: could not become it (exit %d)" % (uid, os.WEXITSTATUS(status))
+            why = {{3: "the uid did not switch", 5: "capabilities were kept"}}
+            code = os.WEXITSTATUS(status)
+            return "uid %d: not killed as it: %s" % (uid, why.get(code, "exit %d" % code))
     return "uid %d: its processes stopped the kill {ATTEMPTS} times" % uid
 
 for line in sys.stdin:
