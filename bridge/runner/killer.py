@@ -4,19 +4,21 @@ A ``/proc`` scan cannot see everything: a process that forks and exits in a loop
 chain) lives microseconds per generation, so the pid a scan lists is gone by the time it
 is read, and the chain escapes every scan and every group kill aimed at a pid it saw.
 ``kill(-1, SIGKILL)`` made *as the account* cannot be outrun: it signals every process
-the caller may signal (for a caller without privileges: exactly those whose real or saved
-uid is its own), and the kernel walks the task list under the lock ``fork`` needs to add
-a process.
+the caller may signal, and the kernel walks the task list under the lock ``fork`` needs
+to add a process.
 
-The calls are made through one small root helper process (:class:`AccountKiller`,
-started on first use and kept, so a sweep starts no program): a uid switch is per process
-and never made in the gateway's own threads. Per account the helper forks a child that
-becomes the account for good (real, effective and saved uid: there is no way back) and
-calls ``kill(-1, SIGKILL)``. The helper itself never takes the account's uid, so nothing
-the account runs can signal it. The child can be: the account may stop it (SIGSTOP) or
-kill it in the moment before its kill, so the helper continues a stopped child (SIGCONT)
-until it gets its kill in, and replaces one killed or stopped too often (a few times,
-then reports the account; the caller's scans still run).
+Who may signal whom: a caller without privileges reaches a process when the caller's
+real or effective uid is the process's real or saved uid. The calls are made through one
+small root helper process (:class:`AccountKiller`, started on first use and kept, so a
+sweep starts no program; a uid switch is per process, never made in the gateway's own
+threads). Per account the helper forks a child that takes the account's uid as its
+*effective* uid only, with an idle uid (no account, no process: found at the helper's
+start) as its real and saved uid, drops its groups and capabilities, checks all of that,
+and calls ``kill(-1, SIGKILL)``: it reaches every process whose real or saved uid is the
+account's, while none of those may signal the child (their uids match neither of its
+two). Neither the helper nor its child can be stopped or killed by the account, so the
+kill cannot be held off (an earlier design, where the child took the account's uid in
+full, could be killed by the account in the moment before its kill).
 """
 
 from __future__ import annotations
@@ -31,23 +33,55 @@ from collections.abc import Iterable
 log = logging.getLogger(__name__)
 
 UID_MAX = 2**31 - 2  # (uid_t)-1 means "unchanged" to setresuid: never a uid to switch to
-ATTEMPTS = 5  # per account: its own processes may stop or kill the child in its moment
-CONTINUES = 1000  # a child stopped by the account is continued this often, then replaced
+ATTEMPTS = 5  # per account, should a child die or stay stopped before its kill
+CONTINUES = 1000  # a stopped child is continued this often, then replaced
+
+IDLE_IDS = range(2**31 - 3, 2**31 - 3 - 64, -1)  # where the helper looks for its idle id
 
 HELPER_PROGRAM = f"""
-import os, signal, sys
+import grp, os, pwd, signal, sys
+
+def unused(i):
+    # no account, no group, no process with the id (real, effective, saved or fs)
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(i)
+            return False
+        except KeyError:
+            pass
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/status" % name) as fh:
+                    ids = [l.split()[1:] for l in fh if l.startswith(("Uid:", "Gid:"))]
+            except OSError:
+                continue
+            if any(str(i) in row for row in ids):
+                return False
+    return True
+
+IDLE = next((i for i in range({IDLE_IDS.start}, {IDLE_IDS.stop}, -1) if unused(i)), None)
+if IDLE is None:
+    sys.stdout.write("error no idle uid for the kill\\n")
+    sys.stdout.flush()
+    os._exit(1)
 
 def kill_as(uid):
     for attempt in range({ATTEMPTS}):
         pid = os.fork()
-        if pid == 0:  # the child becomes the account for good (no way back), then kills
+        if pid == 0:
+            # The child acts as the account (effective uid) while its real and saved uid
+            # are an idle one: kill(-1) reaches the processes whose real or saved uid is
+            # the account's, and none of them may signal this child (they match neither).
             code = 0
             try:
+                os.closerange(0, 256)
                 os.setgroups([])
-                os.setresuid(uid, uid, uid)
+                os.setresgid(IDLE, IDLE, IDLE)
+                os.setresuid(IDLE, uid, IDLE)
                 with open("/proc/self/status") as fh:  # no capability kept (CAP_KILL: all)
                     caps = [l.split()[1] for l in fh if l.startswith("CapEff:")]
-                if os.getresuid() != (uid, uid, uid):
+                if os.getresuid() != (IDLE, uid, IDLE):
                     code = 3
                 elif caps != ["0000000000000000"]:
                     code = 5
@@ -62,7 +96,7 @@ def kill_as(uid):
             _, status = os.waitpid(pid, os.WUNTRACED)
             if not os.WIFSTOPPED(status):
                 break
-            os.kill(pid, signal.SIGCONT)  # stopped by the account: on with its kill
+            os.kill(pid, signal.SIGCONT)  # stopped (not by the account: by root): go on
         else:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -73,13 +107,14 @@ def kill_as(uid):
             why = {{3: "the uid did not switch", 5: "capabilities were kept"}}
             code = os.WEXITSTATUS(status)
             return "uid %d: not killed as it: %s" % (uid, why.get(code, "exit %d" % code))
-    return "uid %d: its processes stopped the kill {ATTEMPTS} times" % uid
+    return "uid %d: the kill was stopped {ATTEMPTS} times" % uid
 
 for line in sys.stdin:
     failed = []
     for word in line.split():
         uid = int(word)
-        failed.append("uid %d refused" % uid if not 0 < uid <= {UID_MAX} else kill_as(uid))
+        ok = 0 < uid <= {UID_MAX} and uid != IDLE
+        failed.append(kill_as(uid) if ok else "uid %d refused" % uid)
     failed = [f for f in failed if f]
     sys.stdout.write("error " + "; ".join(failed[:3]) + "\\n" if failed else "ok\\n")
     sys.stdout.flush()

@@ -150,15 +150,16 @@ def test_no_uid_that_could_be_root_is_ever_sent_to_the_helper(uid: int) -> None:
     os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
     reason="needs root (to start a process as nobody) and /usr/bin/python3",
 )
-def test_an_account_that_stops_everything_it_can_is_still_killed() -> None:
-    """The account's process sends SIGSTOP to every process it may signal, in a loop: the
-    helper is never one of them (it never takes the uid), and a child stopped in its
-    moment as the account is replaced by another."""
+@pytest.mark.parametrize("sig", ["SIGSTOP", "SIGKILL"])
+def test_an_account_that_signals_everything_it_can_is_still_killed(sig: str) -> None:
+    """The account's process sends SIGSTOP (or SIGKILL) to every process it may signal, in
+    a loop: neither the helper nor its child is one of them (the child acts with the
+    account's uid as its effective uid only), so the kill cannot be held off."""
     nobody = 65534
     if procs.run_processes(None, nobody):
         pytest.skip("something already runs as nobody on this host")
     switch = ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups"]
-    stopper = "import os, signal\nwhile True:\n    os.kill(-1, signal.SIGSTOP)\n"
+    stopper = f"import os, signal\nwhile True:\n    os.kill(-1, signal.{sig})\n"
     attacker = subprocess.Popen([*switch, SYSTEM_PYTHON, "-I", "-S", "-c", stopper])
     try:
         deadline = time.monotonic() + 10
