@@ -23,6 +23,7 @@ ACCOUNT_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]*$")
 HOME_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*-[0-9a-f]{16}$")
 
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
+_DASHES = re.compile(r"-{2,}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # C0 controls and DEL
 
 
@@ -53,7 +54,7 @@ def home_name(key: str) -> str:
     """The directory name of a thread key's home under ``chats/``."""
     validate_thread_key(key)
     prefix = _UNSAFE.sub("-", key.lower()).strip("-._")
-    prefix = re.sub(r"-{2,}", "-", prefix)[:PREFIX_MAX].rstrip("-._") or "thread"
+    prefix = _DASHES.sub("-", prefix)[:PREFIX_MAX].rstrip("-._") or "thread"
     return f"{prefix}-{key_hash(key)[:HASH_HEX]}"
 
 
