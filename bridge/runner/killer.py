@@ -36,7 +36,8 @@ UID_MAX = 2**31 - 2  # (uid_t)-1 means "unchanged" to setresuid: never a uid to 
 ATTEMPTS = 5  # per account, should a child die or stay stopped before its kill
 CONTINUES = 1000  # a stopped child is continued this often, then replaced
 
-IDLE_IDS = range(2**31 - 3, 2**31 - 3 - 64, -1)  # where the helper looks for its idle id
+IDLE_IDS = range(2**31 - 3, 2**31 - 3 - 64, -1)  # the helper's idle id: the highest free one
+# of these, or (in a user namespace that maps fewer ids) the highest free mapped ones
 
 HELPER_PROGRAM = f"""
 import grp, os, pwd, signal, sys
@@ -60,7 +61,24 @@ def unused(i):
                 return False
     return True
 
-IDLE = next((i for i in range({IDLE_IDS.start}, {IDLE_IDS.stop}, -1) if unused(i)), None)
+def mapped(path):
+    # the ids usable here (a user namespace maps only some), as (lowest, highest) ranges
+    try:
+        with open(path) as fh:
+            rows = [[int(x) for x in line.split()] for line in fh if line.strip()]
+    except OSError:
+        return [(0, 2**32 - 2)]
+    return [(low, low + count - 1) for low, _, count in rows]
+
+def candidates():
+    uids, gids = mapped("/proc/self/uid_map"), mapped("/proc/self/gid_map")
+    for low, high in sorted(uids, key=lambda r: -r[1]):
+        top = min(high, {IDLE_IDS.start})
+        for i in range(top, max(low, top - {len(IDLE_IDS)}, 1) - 1, -1):
+            if any(a <= i <= b for a, b in gids):
+                yield i
+
+IDLE = next((i for i in candidates() if unused(i)), None)
 if IDLE is None:
     sys.stdout.write("error no idle uid for the kill\\n")
     sys.stdout.flush()
