@@ -121,6 +121,10 @@ UNENDED_BLOCKS = frozenset({"Table", "CodeBlock", "Heading", "Rule"})
 INLINE_STARTS = frozenset({"Paragraph", "Strong", "Emphasis", "Strikethrough", "Link", "Image"})
 INLINE_EVENTS = frozenset({"Text", "Code", "InlineMath", "InlineHtml", "FootnoteReference"})
 UNDERLINE = re.compile(rb"(?:=+|-+)[ ]*(?:\n|$)")  # a setext heading's underline
+# blocks the converter runs onto the item text before them while no block has ended yet
+GLUED_BLOCKS = frozenset({"CodeBlock", "Table", "Heading", "BlockQuote"})
+# ends the converter counts as a block's end (a paragraph's only outside lists)
+COUNTED_ENDS = frozenset({"Heading", "CodeBlock", "BlockQuote", "Table"})
 
 
 def _name(tag: Any) -> str:
@@ -136,40 +140,64 @@ def broken_after_blocks(markdown: str) -> str:
     (outside lists it adds the break itself). The hard break puts it on a line of its own,
     as the text would be anywhere else; the new line keeps the paragraph's quote marks and
     indentation.
+
+    The converter also runs a tight item's text into a code block, table, heading or quote
+    that follows it in the item (``- item`` over a fence read ``itemcode``) until some
+    block of the message has ended (then it adds the line break itself): a blank line
+    before such a block, while none has ended, makes the item's text a paragraph of its
+    own, ended by a line break.
     """
     if "\n" not in markdown:
         return markdown
     raw = markdown.encode()
-    stack: list[list[Any]] = []  # [the container's name, whether a block just ended in it]
-    cuts: list[int] = []  # byte offsets where a hard break goes
+    # [the container's name, whether a block just ended in it, whether inline text did]
+    stack: list[list[Any]] = []
+    cuts: list[tuple[int, bool]] = []  # byte offsets where a hard break (or a blank line) goes
+    ended = False  # whether the converter has counted a block's end yet
     for payload, where in pyromark.events_with_range(markdown, options=PARSE_OPTIONS):
         event: Any = payload
         in_item = bool(stack) and stack[-1][0] == "Item"
         if isinstance(event, str):  # a rule, a soft or hard break
+            if event == "Rule":
+                if in_item and stack[-1][2] and not ended:
+                    cuts.append((where["start"], False))
+                ended = True
             if in_item:
-                stack[-1][1] = event == "Rule"
+                stack[-1][1:] = [event == "Rule", event != "Rule"]
             continue
         if not isinstance(event, dict):
             continue
         if "End" in event:
             name = stack.pop()[0] if stack else ""
+            lists = sum(entry[0] == "List" for entry in stack)
+            if name in COUNTED_ENDS or (name in ("Paragraph", "List") and not lists):
+                ended = True
             if stack and stack[-1][0] == "Item":
-                stack[-1][1] = name in UNENDED_BLOCKS
+                stack[-1][1:] = [name in UNENDED_BLOCKS, name in INLINE_STARTS - {"Paragraph"}]
             continue
         opened = _name(event["Start"]) if "Start" in event else ""
-        if in_item and stack[-1][1] and (opened in INLINE_STARTS or INLINE_EVENTS & event.keys()):
-            cuts.append(where["start"])
+        inline = opened in INLINE_STARTS or bool(INLINE_EVENTS & event.keys())
+        if in_item and stack[-1][1] and inline:
+            cuts.append((where["start"], True))
+        if in_item and stack[-1][2] and opened in GLUED_BLOCKS and not ended:
+            cuts.append((where["start"], False))
+        if "DisplayMath" in event:
+            ended = True
         if in_item:
-            stack[-1][1] = False
+            stack[-1][1:] = [False, inline and opened != "Paragraph"]
         if opened:
-            stack.append([opened, False])
+            stack.append([opened, False, False])
     if not cuts:
         return markdown
     out = bytearray()
     last = 0
-    for at in cuts:
+    for at, hard in cuts:
         line = raw[raw.rfind(b"\n", 0, at) + 1 : at].decode()
         prefix = "".join(c if c == ">" else " " for c in line)  # its quote marks, indentation
+        if not hard:  # a blank line before the block
+            out += raw[last:at] + b"\n" + prefix.encode()
+            last = at
+            continue
         # a first line of = would underline the break's line as a heading: escaped
         escape = b"\\" if UNDERLINE.match(raw, at) else b""
         out += raw[last:at] + b"\\\n" + prefix.encode() + escape

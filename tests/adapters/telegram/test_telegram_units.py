@@ -384,6 +384,19 @@ def test_text_after_a_table_or_code_in_a_list_item_starts_on_its_own_line() -> N
     assert top.text.endswith("x | l[1]\n\n[1] https://x.y/1\n\npara after"), top.text
 
 
+def test_item_text_before_a_code_block_in_an_opening_tight_list_has_its_own_line() -> None:
+    """While no block of the message had ended, the converter ran a tight item's text into
+    the code block under it (``⦁ itemcode``); a paragraph before the list hid it."""
+    for prefix, quote in (("", ""), ("", "> "), ("intro\n\n", "")):
+        lines = ["- item", "  ```sh", "  code", "  ```", "- next"]
+        (part,) = convert.render(prefix + "\n".join(quote + line for line in lines))
+        assert part.text == prefix + "⦁ item\ncode\n⦁ next\n", part.text
+        (pre,) = [e for e in part.entities if e.type == "pre"]
+        assert part.text[pre.offset : pre.offset + pre.length] == "code"
+    (table,) = convert.render("1. item\n   | a | b |\n   |---|---|\n   | x | y |")
+    assert table.text.startswith("1. item\na | b"), table.text
+
+
 def test_an_open_task_shows_an_empty_box() -> None:
     (part,) = convert.render("- [ ] not done\n- [x] done")
     assert part.text.splitlines() == ["\N{WHITE LARGE SQUARE} not done", "✅ done"]
