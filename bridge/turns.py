@@ -232,16 +232,9 @@ class Engine:
         )
 
     async def _kill_leftovers(self, msg: MessageRecord) -> None:
-        """A run that died with the gateway may have left processes: end them first."""
-        tag = self._kill_tag(msg.id)
-        uid = None
-        if self.homes.isolated:
-            try:
-                home = await asyncio.to_thread(self.homes.ensure, msg.thread_key)
-                uid = home.account.uid
-            except (ProvisioningError, OSError) as exc:
-                log.warning("cannot look up the account of %s: %s", msg.thread_key, exc)
-        left = await asyncio.to_thread(kill_all, tag, uid, None)
+        """A run that died with the gateway may have left processes: end them first (by
+        its tag; isolated, its account is killed whole with every other at the start)."""
+        left = await asyncio.to_thread(kill_all, self._kill_tag(msg.id), None, None)
         if left:
             log.error("processes %s of an interrupted run survived SIGKILL", left)
 

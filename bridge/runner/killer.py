@@ -30,9 +30,10 @@ import sys
 import threading
 from collections.abc import Iterable
 
+from provisioning.accounts import UID_MAX  # (uid_t)-1 is "unchanged" to setresuid
+
 log = logging.getLogger(__name__)
 
-UID_MAX = 2**31 - 2  # (uid_t)-1 means "unchanged" to setresuid: never a uid to switch to
 ATTEMPTS = 5  # per account, should a child die or stay stopped before its kill
 CONTINUES = 1000  # a stopped child is continued this often, then replaced
 

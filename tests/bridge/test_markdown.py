@@ -4,15 +4,13 @@ nothing lost (parsed back with the same CommonMark parser the splitter uses)."""
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
-from types import FrameType, ModuleType
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
+from trace_support import lines_run
 
 import bridge.markdown
 from bridge.markdown import split_markdown
@@ -204,27 +202,6 @@ def test_any_line_break_is_a_line_break() -> None:
         assert all(len(p) <= 3484 for p in parts)
         assert "".join(parts).replace("\n", "").replace(" ", "") == ("ab-x" + body.replace(" ", ""))
         assert "\r" not in "".join(parts)
-
-
-def lines_run(fn: Callable[[], object], module: ModuleType) -> int:
-    """How many lines of ``module`` ran during ``fn()``: the work it did, counted the same
-    on any machine (a time would measure the machine; speed is measured in bench/)."""
-    count = 0
-
-    def local(frame: FrameType, event: str, arg: object) -> Any:
-        nonlocal count
-        count += event == "line"
-        return local
-
-    def calls(frame: FrameType, event: str, arg: object) -> Any:
-        return local if frame.f_code.co_filename == module.__file__ else None
-
-    sys.settrace(calls)
-    try:
-        fn()
-    finally:
-        sys.settrace(None)
-    return count
 
 
 LONG_INPUTS: dict[str, Callable[[int], str]] = {

@@ -124,6 +124,17 @@ async def test_a_press_on_a_button_the_gateway_did_not_issue_leaves_the_message_
         ]
 
 
+async def answered_with_a_bubble(
+    port: int, fake: FakeBotApi, chat: dict[str, Any], update_id: int
+) -> tuple[int, str]:
+    """Ada's run long enough for a progress bubble, answered: the bubble's id and its Stop."""
+    assert await post(port, update(update_id, chat, ADA, "!delay 3")) == 200
+    await wait_until(lambda: bool(bubbles(fake)), 15, "the progress bubble posted")
+    (bubble,) = bubbles(fake)
+    await wait_sent(fake, ADA, NOT_AN_AI, timeout=40)
+    return int(bubble.result["message_id"]), buttons(bubble)["Stop"]
+
+
 async def test_a_stop_pressed_after_the_bubble_got_its_summary_keeps_the_summary(
     env: dict[str, str], fake: FakeBotApi
 ) -> None:
@@ -131,12 +142,7 @@ async def test_a_stop_pressed_after_the_bubble_got_its_summary_keeps_the_summary
     run is over, and the bubble keeps the summary it was closed with."""
     chat = private_chat(ADA)
     async with running_gateway(env) as (app, _client):
-        assert await post(app.port, update(730002200, chat, ADA, "!delay 3")) == 200
-        await wait_until(lambda: bool(bubbles(fake)), 15, "the progress bubble posted")
-        (bubble,) = bubbles(fake)
-        bubble_id = int(bubble.result["message_id"])
-        stop = buttons(bubble)["Stop"]
-        await wait_sent(fake, ADA, NOT_AN_AI, timeout=40)
+        bubble_id, stop = await answered_with_a_bubble(app.port, fake, chat, 730002200)
 
         def edits() -> list[Call]:
             return [
@@ -167,12 +173,7 @@ async def test_a_bubble_whose_summary_edit_failed_is_settled_by_its_stop(
     fake.fail_next("editMessageText", "forbidden", when=lambda p: "✓" in str(p.get("text")))
     chat = private_chat(ADA)
     async with running_gateway(env) as (app, _client):
-        assert await post(app.port, update(730002300, chat, ADA, "!delay 3")) == 200
-        await wait_until(lambda: bool(bubbles(fake)), 15, "the progress bubble posted")
-        (bubble,) = bubbles(fake)
-        bubble_id = int(bubble.result["message_id"])
-        stop = buttons(bubble)["Stop"]
-        await wait_sent(fake, ADA, NOT_AN_AI, timeout=40)
+        bubble_id, stop = await answered_with_a_bubble(app.port, fake, chat, 730002300)
         await wait_until(
             lambda: any(
                 c.method == "editMessageText"

@@ -7,7 +7,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from types import FrameType, ModuleType
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from telegram import Bot, Message, MessageEntity
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_bot_api import Failure, FakeBotApi
 from tg_support import wait_until
+from trace_support import lines_run
 
 from adapters.telegram import convert
 from adapters.telegram.surface import TelegramSurface, keyboard
@@ -448,27 +448,6 @@ def test_text_of_astral_characters_is_cut_between_words() -> None:
         assert all(w == word for w in p.text.split()), p.text[-20:]
     assert [w for p in parts for w in p.text.split()] == [word] * 580
     assert convert.split_plain("ab " * 10, 8) == ["ab ab ", "ab ab ", "ab ab ", "ab ab ", "ab ab "]
-
-
-def lines_run(fn: Callable[[], object], module: ModuleType) -> int:
-    """How many lines of ``module`` ran during ``fn()``: the work it did, counted the same
-    on any machine (a time would measure the machine; speed is measured in bench/)."""
-    count = 0
-
-    def local(frame: FrameType, event: str, arg: object) -> Any:
-        nonlocal count
-        count += event == "line"
-        return local
-
-    def calls(frame: FrameType, event: str, arg: object) -> Any:
-        return local if frame.f_code.co_filename == module.__file__ else None
-
-    sys.settrace(calls)
-    try:
-        fn()
-    finally:
-        sys.settrace(None)
-    return count
 
 
 LONG_ANSWERS: dict[str, Callable[[int], str]] = {
