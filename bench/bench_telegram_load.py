@@ -132,6 +132,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def proc_cpu_s(pid: int) -> tuple[float, float]:
+    """CPU seconds of ``pid`` itself and of its children it has waited for (/proc stat)."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()  # after the command name, from field 3 on
+    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])  # fields 14-17
+    tick = os.sysconf("SC_CLK_TCK")
+    return (utime + stime) / tick, (cutime + cstime) / tick
+
+
 def rss_kb(pid: int) -> tuple[int, int]:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -201,6 +210,8 @@ async def one_mode(
         profile = args.profile.with_suffix(f".{mode}") if args.profile else None
         profiler = py_spy(proc.pid, profile)
         timed: list[tuple[int, int, int]] = []  # (update id, chat, k-th answer of that chat)
+        gw0, kids0 = proc_cpu_s(proc.pid)
+        bench0 = time.process_time()
         t0 = time.perf_counter()
         if mode == "burst":
             for k in range(per_chat):
@@ -225,6 +236,8 @@ async def one_mode(
                         lambda c=chat, w=want: fake.answers(c) >= w, 60, "the answer", proc
                     )
         elapsed = time.perf_counter() - t0
+        gw1, kids1 = proc_cpu_s(proc.pid)
+        bench_cpu = time.process_time() - bench0
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
             profiler.wait(60)
@@ -244,6 +257,9 @@ async def one_mode(
             calls=sum(methods.values()) / total,
             methods={m: n / total for m, n in sorted(methods.items())},
             rss=rss_kb(proc.pid),
+            gw_cpu_ms=(gw1 - gw0) / total * 1000,
+            kids_cpu_ms=(kids1 - kids0) / total * 1000,
+            bench_cpu_ms=bench_cpu / total * 1000,
         )
     finally:
         if proc.poll() is None:
@@ -340,6 +356,14 @@ def main() -> int:
                 f"  {mode}: update handed out -> answer's sendMessage, p50 / p95",
                 f"{r['p50'] * 1000:.1f} / {r['p95'] * 1000:.1f} ms",
                 f"{r['total']} msgs over {args.chats} private chats",
+            )
+        )
+        rows.append(
+            (
+                f"  {mode}: CPU per message: gateway / its runs",
+                f"{r['gw_cpu_ms']:.1f} / {r['kids_cpu_ms']:.1f} ms",
+                f"{r['gw_cpu_ms'] * r['rate'] / 10:.0f}% of one core for the gateway; "
+                f"the fake Bot API (this process) {r['bench_cpu_ms']:.1f} ms",
             )
         )
         detail = ", ".join(f"{m} {n:.2f}" for m, n in r["methods"].items())
