@@ -95,14 +95,19 @@ class Target:
 
 
 def scan(targets: list[Target]) -> list[list[int]]:
-    """Live processes of each target (one pass over /proc for all of them)."""
+    """Live processes of each target (one pass over /proc for all of them).
+
+    An isolated run's processes are those of its account's uid: a process cannot leave
+    its real uid without privilege, and reading every process's environment for the tag
+    would double the scan's cost. A run of the gateway's own account is found by its tag.
+    """
     me = os.getpid()
     by_uid: dict[int, list[int]] = {}
     by_tag: dict[bytes, list[int]] = {}
     for i, t in enumerate(targets):
-        if t.uid is not None:
+        if t.uid is not None:  # the account's uid names all it runs: no tag to read
             by_uid.setdefault(t.uid, []).append(i)
-        if t.needle is not None:
+        elif t.needle is not None:
             by_tag.setdefault(t.needle, []).append(i)
     found: list[list[int]] = [[] for _ in targets]
     for pid in _proc_pids():
@@ -112,7 +117,7 @@ def scan(targets: list[Target]) -> list[list[int]]:
         if status is None or status[1]:
             continue  # gone, or a zombie (nothing left to kill)
         hits = set(by_uid.get(status[0], ()))
-        if by_tag and len(hits) < len(targets):
+        if by_tag:  # only runs without an account of their own are found by their tag
             for needle in _tags(pid):
                 hits.update(by_tag.get(needle, ()))
         for i in hits:
@@ -197,6 +202,7 @@ class Sweeps:
         self._waiting: list[tuple[Target, asyncio.Future[list[int]]]] = []
         self._task: asyncio.Task[None] | None = None
         self._last = 0.0
+        self.scans = 0  # sweeps made (each served every run waiting at its start)
 
     async def sweep(self, tag: str | None, uid: int | None, pgid: int | None) -> list[int]:
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
@@ -212,6 +218,7 @@ class Sweeps:
                 await asyncio.sleep(pause)  # rate limit: requests gather meanwhile
             batch, self._waiting = self._waiting, []
             self._last = time.monotonic()
+            self.scans += 1
             try:
                 left = await asyncio.to_thread(kill_many, [t for t, _ in batch])
             except Exception as exc:  # handed to every waiter

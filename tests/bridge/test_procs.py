@@ -54,26 +54,17 @@ def test_a_tagged_process_that_left_the_group_is_found_and_killed(spawn: Any) ->
     assert _alive(other) and _alive(stranger)
 
 
-async def test_sweeps_waiting_together_share_one_scan(
-    spawn: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls: list[int] = []
-    real = procs.kill_many
-
-    def counted(targets: list[procs.Target], deadline_s: float = 3.0) -> list[list[int]]:
-        calls.append(len(targets))
-        return real(targets, deadline_s)
-
-    monkeypatch.setattr(procs, "kill_many", counted)
+async def test_sweeps_waiting_together_share_one_scan(spawn: Any) -> None:
     sweeps = Sweeps(min_interval_s=0.2)
     first = spawn("c" * 24)
     assert await sweeps.sweep("c" * 24, None, None) == []  # idle: at once, on its own
+    assert sweeps.scans == 1
     pids = [spawn(f"{i}" * 24) for i in range(3)]
     stranger = spawn(None)
     left = await asyncio.gather(*(sweeps.sweep(f"{i}" * 24, None, None) for i in range(3)))
     await sweeps.close()
     assert left == [[], [], []]
-    assert calls == [1, 3]  # the three that waited together: one scan
+    assert sweeps.scans == 2  # the three that waited together: one sweep
     assert not any(_alive(p) for p in [first, *pids])
     assert _alive(stranger)
 
