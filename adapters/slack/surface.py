@@ -268,7 +268,11 @@ def _markdown(text: str, limit: int = MARKDOWN_TEXT_MAX) -> str:
     outside: list[str] = []  # the text between code spans and blocks, then the code itself
     code: list[str] = []
     at = 0
-    for start, end in [*sorted(_parse(text).code), (len(raw), len(raw))]:
+    # parsed with each mention's "<" as a plain letter (the same byte offsets): CommonMark
+    # reads a line that starts with "<!here>" as raw HTML, which Slack does not render, so
+    # the code on that line would not be found as code and would get joiners
+    code_ranges = _parse(_SPECIAL_MENTION.sub("x", text)).code
+    for start, end in [*sorted(code_ranges), (len(raw), len(raw))]:
         if start < at:
             continue
         outside.append(raw[at:start].decode())

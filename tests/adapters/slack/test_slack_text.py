@@ -88,6 +88,13 @@ def test_code_keeps_its_text_exactly() -> None:
     assert _markdown("``x ` <!here>`` <!here>") == "``x ` <!here>`` <\u200d!here>"
 
 
+def test_a_line_that_starts_with_a_mention_keeps_its_code_as_written() -> None:
+    """CommonMark reads a line that starts with ``<!`` and a letter as raw HTML, which
+    Slack does not render: its code span is still code there, so it gets no joiner."""
+    assert _markdown("<!here> run `echo <!channel>`") == "<\u200d!here> run `echo <!channel>`"
+    assert _markdown("<!here>\n```\n<!here>\n```") == "<\u200d!here>\n```\n<!here>\n```"
+
+
 def test_a_clipped_block_defuses_what_the_cut_took_out_of_code() -> None:
     """A markdown block is clipped to Slack's limit: a cut that drops the closing backtick
     of a code span leaves its ``<!channel>`` as text, which must get its joiner."""
