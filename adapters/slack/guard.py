@@ -58,6 +58,9 @@ STRINGS = frozenset(
 )
 # a string id, or an object whose "id" bolt reads
 IDS = frozenset({"user", "channel", "team", "enterprise"})
+# fields of an action (a pressed button, a picked option) that Slack sends as a text
+# object ({"type": "plain_text", "text": ...}): the button's label in ``actions[i].text``
+ACTION_TEXT_OBJECTS = frozenset({"text"})
 # objects bolt or the adapter look into (their own fields are checked the same way)
 OBJECTS = frozenset(
     {"event", "container", "message", "previous_message", "item", "assistant_thread", "view"}
@@ -116,10 +119,13 @@ def parse(raw: bytes, content_type: str | None) -> tuple[dict[str, Any] | None, 
 
 def _check(obj: dict[str, Any], where: str) -> str | None:
     """The first field of ``obj`` (recursively, bounded by MAX_DEPTH) Slack never sends so."""
+    in_action = where.startswith("actions[") and "." not in where
     for key, value in obj.items():
         path = f"{where}.{key}" if where else key
         if value is None and (key in STRINGS or key in IDS):  # Slack's null ids and strings
             continue
+        if in_action and key in ACTION_TEXT_OBJECTS and isinstance(value, dict):
+            continue  # nothing reads it
         if key in LISTS and isinstance(value, list):
             continue
         if key in STRINGS and not isinstance(value, str):
