@@ -299,7 +299,12 @@ class Engine:
             return SubmitResult(SubmitStatus.REFUSED)
         home = naming.home_name(inbound.thread_key)
         command = parse_command(inbound.text)
-        record, created = await self.store.accept(inbound, home=home, is_command=bool(command))
+        record, created = await self.store.accept(
+            inbound,
+            home=home,
+            is_command=bool(command),
+            starts_epoch=command is not None and command.command is Command.NEW,
+        )
         if not created:
             self.metrics.messages.labels(inbound.platform, "duplicate").inc()
             return SubmitResult(SubmitStatus.DUPLICATE, record.id)
@@ -450,8 +455,8 @@ class Engine:
         if command in (Command.HELP, Command.START):
             text = HELP_TEXT
         elif command is Command.NEW:
-            # the epoch's bump and the answer in one write: a replay at the next start (the
-            # write not made) bumps once, and one already answered is not bumped again
+            # the epoch was bumped as /new was accepted (what came after it is of the fresh
+            # conversation); the answer marks it done, so a replay answers it once
             running = slot.active is not None
 
             def answer(epoch: int) -> NewReply:

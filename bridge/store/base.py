@@ -164,9 +164,13 @@ class Store(abc.ABC):
     # -- intake -----------------------------------------------------------------------------
     @abc.abstractmethod
     async def accept(
-        self, inbound: Inbound, *, home: str, is_command: bool
+        self, inbound: Inbound, *, home: str, is_command: bool, starts_epoch: bool = False
     ) -> tuple[MessageRecord, bool]:
         """Persist an inbound message (and its conversation) durably.
+
+        ``starts_epoch`` (a ``/new``): the conversation's epoch is bumped in the same
+        transaction, so every message accepted after it belongs to the fresh conversation
+        however soon it comes; :meth:`start_new_epoch` answers it later.
 
         Returns ``(record, True)`` when new; ``(existing record, False)`` when this
         ``(platform, event_id)`` was already accepted (a redelivery).
@@ -222,8 +226,9 @@ class Store(abc.ABC):
     async def start_new_epoch(
         self, message_id: int, reply: Callable[[int], NewReply]
     ) -> list[ReplyRecord]:
-        """``/new``: bump the epoch of the message's conversation, mark the message done and
-        record ``reply(new epoch)``, in one transaction.
+        """``/new``: mark the message done and record ``reply(its epoch)``, in one
+        transaction. The epoch was bumped when it was accepted (``starts_epoch``); one
+        accepted by an older jazz-bridge, which bumped it only here, is bumped now.
 
         A message no longer ``accepted`` (answered already: a replay) bumps nothing; its
         replies as recorded are returned.

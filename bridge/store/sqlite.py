@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema this code writes (``PRAGMA user_version``); bump it with a migration."""
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database
@@ -72,6 +72,9 @@ _MIGRATIONS = (
     # 2: the conversation epoch a message was written in, so a message sent before /new
     # runs in the conversation it was written for (NULL for older rows: the current one)
     "ALTER TABLE inbox ADD COLUMN epoch INTEGER",
+    # 3: the epoch a /new started, bumped as it was accepted (NULL: not bumped yet, as an
+    # older jazz-bridge did it only when it answered)
+    "ALTER TABLE inbox ADD COLUMN new_epoch INTEGER",
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 
@@ -675,7 +678,7 @@ class SqliteStore(Store):
 
     # -- intake -------------------------------------------------------------------------------
     async def accept(
-        self, inbound: Inbound, *, home: str, is_command: bool
+        self, inbound: Inbound, *, home: str, is_command: bool, starts_epoch: bool = False
     ) -> tuple[MessageRecord, bool]:
         def work(conn: sqlite3.Connection) -> tuple[MessageRecord, bool]:
             existing = conn.execute(
@@ -694,11 +697,17 @@ class SqliteStore(Store):
                 " RETURNING id, epoch",
                 (inbound.thread_key, inbound.platform, home, now, now, target),
             ).fetchone()
+            new_epoch = None
+            if starts_epoch:  # /new: what comes after it is of the fresh conversation
+                new_epoch = epoch = conn.execute(
+                    "UPDATE conversations SET epoch = epoch + 1 WHERE id = ? RETURNING epoch",
+                    (conversation_id,),
+                ).fetchone()[0]
             row = conn.execute(
                 "INSERT INTO inbox (conversation_id, platform, event_id, thread_key, sender_id,"
                 " sender_name, text, attachments, shared_chat, is_operator, is_command, target,"
-                " state, received_at, epoch)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " state, received_at, epoch, new_epoch)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " RETURNING *",
                 (
                     conversation_id,
@@ -716,6 +725,7 @@ class SqliteStore(Store):
                     InboxState.ACCEPTED.value,
                     inbound.received_at,
                     epoch,
+                    new_epoch,
                 ),
             ).fetchone()
             return self._message(row), True
@@ -840,7 +850,7 @@ class SqliteStore(Store):
             now = time.time()
             message = conn.execute(
                 "UPDATE inbox SET state = ?, finished_at = ?, error = NULL"
-                " WHERE id = ? AND state = ? RETURNING conversation_id",
+                " WHERE id = ? AND state = ? RETURNING conversation_id, new_epoch",
                 (InboxState.DONE.value, now, message_id, InboxState.ACCEPTED.value),
             ).fetchone()
             if message is None:  # answered before: the epoch was bumped then, not again
@@ -850,7 +860,9 @@ class SqliteStore(Store):
                     ).fetchall()
                     return [self._reply(r) for r in rows]
                 raise StoreError(f"store {self.path}: no message {message_id}")
-            epoch = conn.execute(
+            if message[1] is not None:  # bumped as it was accepted
+                return self._insert_replies(conn, [reply(int(message[1]))], now)
+            epoch = conn.execute(  # accepted by an older jazz-bridge: bumped here, as it did
                 "UPDATE conversations SET epoch = epoch + 1, last_active_at = ? WHERE id = ?"
                 " RETURNING epoch",
                 (now, message[0]),

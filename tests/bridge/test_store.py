@@ -473,6 +473,30 @@ async def test_a_message_runs_in_the_epoch_it_was_written_in(store: SqliteStore)
     assert (run_before.epoch, run_after.epoch) == (1, 2)
 
 
+async def test_new_bumps_the_epoch_as_it_is_accepted(store: SqliteStore) -> None:
+    """A message accepted right after /new (before /new is answered) runs in the fresh
+    conversation; answering /new bumps nothing more, and its replay answers it once."""
+    new, _ = await store.accept(inbound("ev1"), home="h", is_command=True, starts_epoch=True)
+    after, _ = await store.accept(inbound("ev2"), home="h", is_command=False)
+    run = await store.begin_run(after.id, "U1")
+    assert run is not None and run.epoch == 2
+
+    def answer(epoch: int) -> NewReply:
+        return reply(f"new:{new.id}", new.conversation_id, text=f"#{epoch}", message_id=new.id)
+
+    (answered,) = await store.start_new_epoch(new.id, answer)
+    assert answered.outgoing.text == "#2"
+    assert [r.outgoing.text for r in await store.start_new_epoch(new.id, answer)] == ["#2"]
+    conv = await store.conversation(new.conversation_id)
+    assert conv is not None and conv.epoch == 2
+    # one an older jazz-bridge accepted (no bump then) is bumped as it is answered
+    old, _ = await store.accept(inbound("ev3"), home="h", is_command=True)
+    (answered,) = await store.start_new_epoch(
+        old.id, lambda e: reply(f"new:{old.id}", old.conversation_id, text=f"#{e}")
+    )
+    assert answered.outgoing.text == "#3"
+
+
 async def test_a_version_1_store_is_migrated_in_place(db_path: Path) -> None:
     db_path.parent.mkdir()
     conn = sqlite3.connect(db_path)
@@ -501,7 +525,7 @@ async def test_a_version_1_store_is_migrated_in_place(db_path: Path) -> None:
     finally:
         await s.close()
     with sqlite3.connect(db_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
 
 
 # -- files, durability, schema ---------------------------------------------------------------
