@@ -23,10 +23,11 @@ waited out for up to ``MAX_RATE_LIMITED_S`` in all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
 from provisioning.errors import UnsafePathError
@@ -59,12 +60,31 @@ class Deliverer:
         self.surfaces = surfaces
         self.metrics = metrics
         self.home_path = home_path
-        self._locks: dict[int, asyncio.Lock] = {}
+        # one lock per conversation with replies on their way (and how many wait on it):
+        # dropped when none do, or every conversation ever answered kept one
+        self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
         self._done: set[int] = set()  # delivered in this process (guards a repeated call)
         self.closing = False
 
-    def _lock(self, conversation_id: int) -> asyncio.Lock:
-        return self._locks.setdefault(conversation_id, asyncio.Lock())
+    @property
+    def conversations_in_order(self) -> int:
+        """Conversations with replies on their way (each holds a lock while it has)."""
+        return len(self._locks)
+
+    @contextlib.asynccontextmanager
+    async def _in_order(self, conversation_id: int) -> AsyncIterator[None]:
+        """Hold the conversation's lock: its replies go out one after the other."""
+        lock, users = self._locks.get(conversation_id, (asyncio.Lock(), 0))
+        self._locks[conversation_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[conversation_id]
+            if users > 1:
+                self._locks[conversation_id] = (lock, users - 1)
+            else:
+                del self._locks[conversation_id]
 
     async def deliver(self, records: list[ReplyRecord], *, in_doubt: bool = False) -> set[int]:
         """Send ``records`` in order (one conversation's replies never overtake each other);
@@ -84,7 +104,7 @@ class Deliverer:
         self, conversation_id: int, records: list[ReplyRecord], in_doubt: bool
     ) -> set[int]:
         missed: set[int] = set()
-        async with self._lock(conversation_id):
+        async with self._in_order(conversation_id):
             for rec in records:
                 # records come straight from the store's write (or its recovery query), so
                 # their state is current; one already sent is never sent again

@@ -77,6 +77,7 @@ INTERRUPTED_TEXT = (
 RUN_OVER_TOAST = "This run has already ended."
 RUN_OVER_TEXT = "⏹️ This run has ended."  # a bubble pressed after its run (its Stop gone)
 CLOSED_BUBBLES_KEPT = 4096  # Stop tokens of bubbles this process turned into summaries
+HOMES_KEPT = 10_000  # homes of the conversations served last, kept resolved (least recent go)
 SHUTDOWN_TEXT = (
     "⚠️ The gateway is shutting down, so this run was stopped before it finished. "
     "Please send your message again in a minute."
@@ -105,7 +106,6 @@ class ConversationSlot:
     queue: deque[MessageRecord] = field(default_factory=deque)
     worker: asyncio.Task[None] | None = None
     active: ActiveRun | None = None
-    home: Home | None = None
     last: RunHandle | None = None  # the previous run, until everything it started is gone
     told: bool = False  # told "queued"/"waiting" since the queue was last empty (one per burst)
 
@@ -134,8 +134,11 @@ class Engine:
         # out); stopping ends its pauses and its retrying
         self._retry = StoreRetry()
         self.deliverer = Deliverer(store, self.surfaces, metrics, self._home_path, self._retry)
+        # a conversation's slot lives while it has work (a run, a queue, a finished run's
+        # leftovers to wait for); its home, and its home's name, are remembered a while longer
         self._slots: dict[int, ConversationSlot] = {}
-        self._home_names: dict[int, str] = {}
+        self._homes: OrderedDict[int, Home] = OrderedDict()
+        self._home_names: OrderedDict[int, str] = OrderedDict()
         self._runs_sem = asyncio.Semaphore(settings.limits.max_concurrent_runs)
         self._in_flight = 0
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -201,7 +204,7 @@ class Engine:
         for conversation_id in {rec.conversation_id for rec in pending + interrupted}:
             conv = await self.store.conversation(conversation_id)  # artifacts are read there
             if conv is not None:
-                self._home_names.setdefault(conversation_id, conv.home)
+                _remember(self._home_names, conversation_id, conv.home)
         if pending or interrupted:
             # In the background: the gateway listens meanwhile (a platform that is down at
             # start must not keep intake down while each notice waits out its retries).
@@ -209,8 +212,8 @@ class Engine:
             # a conversation's replies in order of arrival).
             self._spawn(self._recover_delivery(pending, interrupted), "recover-delivery")
         accepted = await self.store.messages_in_state(InboxState.ACCEPTED)
-        for msg in accepted:
-            self._dispatch(msg)
+        for msg in accepted:  # admitted before the stop: no queue limit applies again
+            self._dispatch(msg, admitted=True)
         if accepted:
             log.info("requeued %d message(s) accepted before the restart", len(accepted))
         self.started = True
@@ -309,7 +312,7 @@ class Engine:
             self.metrics.messages.labels(inbound.platform, "duplicate").inc()
             return SubmitResult(SubmitStatus.DUPLICATE, record.id)
         self.metrics.messages.labels(inbound.platform, "accepted").inc()
-        self._home_names[record.conversation_id] = home
+        _remember(self._home_names, record.conversation_id, home)
         if self.started:
             self._dispatch(record)
         return SubmitResult(SubmitStatus.ACCEPTED, record.id)
@@ -317,7 +320,27 @@ class Engine:
     def _slot(self, conversation_id: int) -> ConversationSlot:
         return self._slots.setdefault(conversation_id, ConversationSlot())
 
-    def _dispatch(self, msg: MessageRecord) -> None:
+    def _forget_if_idle(self, conversation_id: int) -> None:
+        """Drop a slot with no work left: every conversation ever served kept one (with its
+        last run's handle, the whole answer included) for as long as the process ran."""
+        slot = self._slots.get(conversation_id)
+        if (
+            slot is not None
+            and slot.active is None
+            and not slot.queue
+            and slot.last is None
+            and (slot.worker is None or slot.worker.done())
+        ):
+            del self._slots[conversation_id]
+
+    @property
+    def conversations_in_memory(self) -> int:
+        """Conversations with work in this process (a run, a queue, leftovers to wait for)."""
+        return len(self._slots)
+
+    def _dispatch(self, msg: MessageRecord, *, admitted: bool = False) -> None:
+        """Queue (or answer at once) an accepted message; ``admitted``: queued before a
+        restart, within the limit then (one waiting for a run slot had left the queue)."""
         command = parse_command(msg.text) if msg.is_command else None
         if command is not None:
             self._spawn(self._command(msg, command), f"command-{msg.id}")
@@ -327,7 +350,7 @@ class Engine:
             self._spawn(self._typed_answer(slot.active, msg), f"answer-{msg.id}")
             return
         limit = self.settings.limits.max_queued_per_conversation
-        if len(slot.queue) >= limit and (slot.active is not None or slot.queue):
+        if not admitted and len(slot.queue) >= limit and (slot.active is not None or slot.queue):
             text = (
                 f"⏸️ {len(slot.queue)} messages are already waiting in this conversation (the "
                 f"limit is {limit}). This one was not queued: send it again when the agent "
@@ -355,7 +378,14 @@ class Engine:
 
     async def _work(self, conversation_id: int) -> None:
         slot = self._slot(conversation_id)
-        while slot.queue and not self.stopping:
+        while not self.stopping:
+            if not slot.queue:
+                if slot.last is None:
+                    break
+                # idle: the last run's leftovers are gone before its slot is forgotten
+                last, slot.last = slot.last, None
+                await last.settled()
+                continue
             msg = slot.queue.popleft()
             self.metrics.queue_depth.dec()
             try:
@@ -374,13 +404,17 @@ class Engine:
                 await self._fail_left_running(msg, exc)
         slot.worker = None
         slot.told = False
+        if not self.stopping:  # stopping: stop() still waits for what the slot holds
+            self._forget_if_idle(conversation_id)
 
     async def _fail_left_running(self, msg: MessageRecord, exc: Exception) -> None:
-        """A turn that failed unexpectedly answers a message it left ``running`` as a run
-        the gateway could not start (not left until the next start says "interrupted")."""
+        """A turn that failed unexpectedly answers its message as a run the gateway could
+        not start: one it left ``running`` (not left until the next start says
+        "interrupted"), and one still ``accepted`` (taken off its queue before its run
+        began: nothing would answer it before a restart)."""
         try:
             current = await self.store.get_message(msg.id)
-            if current is None or current.state is not InboxState.RUNNING:
+            if current is None or current.state not in (InboxState.RUNNING, InboxState.ACCEPTED):
                 return
             result = _gateway_failure(exc, started=False)
             outcome = RunOutcome(
@@ -389,10 +423,19 @@ class Engine:
             reply = self._reply(
                 msg, f"error:{msg.id}", Outgoing(ReplyKind.ERROR, _failure_text(result, None))
             )
-            records = await self._retry.run(
-                functools.partial(self._close_running, msg, outcome, InboxState.FAILED, reply),
-                f"the failed turn of message {msg.id}",
-            )
+            if current.state is InboxState.ACCEPTED:
+                write = functools.partial(
+                    self.store.complete_message,
+                    msg.id,
+                    InboxState.FAILED,
+                    [reply],
+                    error=result.error,
+                )
+            else:
+                write = functools.partial(
+                    self._close_running, msg, outcome, InboxState.FAILED, reply
+                )
+            records = await self._retry.run(write, f"the failed turn of message {msg.id}")
         except Exception:
             log.exception("message %d could not be answered; the next start does", msg.id)
             return
@@ -415,9 +458,15 @@ class Engine:
         )
 
     async def _notice(self, msg: MessageRecord, key: str, text: str) -> None:
-        records = await self.store.add_replies(
-            [self._reply(msg, key, Outgoing(ReplyKind.NOTICE, text))]
-        )
+        """A status line ("queued", "waiting"...): best effort, it must never cost the
+        message its run, so a store that cannot write it only logs."""
+        try:
+            records = await self.store.add_replies(
+                [self._reply(msg, key, Outgoing(ReplyKind.NOTICE, text))]
+            )
+        except StoreError as exc:
+            log.warning("the notice %s of %s was not recorded: %s", key, msg.thread_key, exc)
+            return
         await self.deliverer.deliver(records)
 
     async def _finish_message(
@@ -441,15 +490,21 @@ class Engine:
             await self.deliverer.deliver(records)
 
     def _home_path(self, conversation_id: int) -> Path | None:
-        slot = self._slots.get(conversation_id)
-        if slot is not None and slot.home is not None:
-            return slot.home.path
+        home = self._homes.get(conversation_id)
+        if home is not None:
+            return home.path
         name = self._home_names.get(conversation_id)
         return self.homes.root.layout.home(name) if name else None
 
     # -- commands -----------------------------------------------------------------------------
 
     async def _command(self, msg: MessageRecord, parsed: ParsedCommand) -> None:
+        try:
+            await self._run_command(msg, parsed)
+        finally:
+            self._forget_if_idle(msg.conversation_id)
+
+    async def _run_command(self, msg: MessageRecord, parsed: ParsedCommand) -> None:
         slot = self._slot(msg.conversation_id)
         command = parsed.command
         if command in (Command.HELP, Command.START):
@@ -536,7 +591,10 @@ class Engine:
                 )
             requester = stop_run.message
             by = requester.sender_name if actor_id == requester.sender_id else None
-            await self._stop_run(stop_run, by or actor_id)  # the name /stop would show
+            # answered at once, the stop made meanwhile: a runner given its whole grace to
+            # exit would hold the press past the platform's deadline (Slack: 3 s) otherwise
+            stop_run.stopped_by = by or actor_id  # the name /stop would show
+            self._spawn(self._stop_run(stop_run, stop_run.stopped_by), f"stop-{stop_run.run_id}")
             return PressResult(PressStatus.OK, "Stopping…")
         if code == P.STOP and prompt_token in self._closed_bubbles:
             # pressed while its run ended: the bubble is (being) turned into the summary
@@ -730,12 +788,14 @@ class Engine:
 
     # -- the turn -----------------------------------------------------------------------------
 
-    async def _ensure_home(self, slot: ConversationSlot, msg: MessageRecord) -> Home:
+    async def _ensure_home(self, msg: MessageRecord) -> Home:
         # Once per conversation per process, again when the home was archived since (the
         # run is recorded as started by now, so it cannot be archived under us after this).
-        if slot.home is None or not await asyncio.to_thread(self.homes.present, slot.home):
-            slot.home = await asyncio.to_thread(self.homes.ensure, msg.thread_key)
-        return slot.home
+        home = self._homes.get(msg.conversation_id)
+        if home is None or not await asyncio.to_thread(self.homes.present, home):
+            home = await asyncio.to_thread(self.homes.ensure, msg.thread_key)
+        _remember(self._homes, msg.conversation_id, home)
+        return home
 
     async def _acquire_slot(self, slot: ConversationSlot, msg: MessageRecord) -> None:
         if self._runs_sem.locked() and not slot.told:
@@ -821,7 +881,7 @@ class Engine:
         reporter: asyncio.Task[None] | None = None
         try:
             try:
-                home = await self._ensure_home(slot, msg)
+                home = await self._ensure_home(msg)
                 paths = await self._attachments(home, msg)
             except (ProvisioningError, OSError, DeliveryError) as exc:
                 log.error("cannot prepare the home of %s: %s", msg.thread_key, exc)
@@ -1033,6 +1093,14 @@ class Engine:
         """
         record = functools.partial(self.store.finish_run, run.run_id, outcome, state, replies)
         return await self._retry.run(record, f"run {run.run_id} of {run.message.thread_key}")
+
+
+def _remember(kept: OrderedDict[int, Any], key: int, value: Any) -> None:
+    """Note ``key`` as the most recent in ``kept``; the least recent go past HOMES_KEPT."""
+    kept[key] = value
+    kept.move_to_end(key)
+    while len(kept) > HOMES_KEPT:
+        kept.popitem(last=False)
 
 
 def _gateway_failure(exc: Exception, *, started: bool) -> RunResult:
