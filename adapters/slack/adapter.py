@@ -21,6 +21,8 @@ import contextlib
 import logging
 import re
 import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -34,8 +36,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bridge import rules
 from bridge.errors import AdapterError
-from bridge.model import Attachment, Inbound, ReplyTarget
+from bridge.model import Attachment, Inbound, Outgoing, ReplyTarget
 from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatus
+from bridge.prompts import issued
 
 from . import guard
 from .spec import SLASH_COMMAND, SlackSettings, check
@@ -56,6 +59,18 @@ SLASH_HELP = (
     "`/jazz new|status|stop` in a channel acts on its most recently active conversation "
     "(in a DM, on the DM's own); `/jazz help` shows this."
 )
+
+
+@dataclass(frozen=True)
+class PressAnswer:
+    """How a button press is answered on Slack, after the ack: the pressed message edited
+    to how the press left it, and/or a word to the presser only (an ephemeral message)."""
+
+    target: ReplyTarget  # the pressed message's workspace (its chat.update budget)
+    ref: str | None = None  # the pressed message, when it is to be edited
+    resolved: Outgoing | None = None  # what it then shows: no buttons left in it
+    stale: bool = False  # its run is over: an edit of it already coming is newer
+    ephemeral: dict[str, Any] | None = None  # chat.postEphemeral's arguments
 
 
 def _text(raw: str, bot_user_id: str | None) -> str:
@@ -350,16 +365,20 @@ class SlackAdapter:
     async def _on_action(self, ack: Any, body: dict[str, Any]) -> None:
         """Resolve the press in the core (local and quick), ack, then answer on Slack."""
         try:
-            reply = await self._press(body)
+            answer = await self._press(body)
         finally:
             await ack()
-        if reply is not None:
-            task = asyncio.create_task(self._answer_press(*reply), name="slack-press")
+        if answer is not None:
+            task = asyncio.create_task(self._answer_press(answer), name="slack-press")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _press(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-        """The press in the core; returns the Slack call that answers the presser."""
+    async def _press(self, body: dict[str, Any]) -> PressAnswer | None:
+        """The press in the core; returns how to answer it on Slack. The pressed message is
+        edited to the core's ``resolved`` (no buttons in it) when the press answered it, and
+        also when the press found it expired (the Stop of a run that is over, a prompt
+        nobody can answer now): else it keeps its buttons, and "working", forever. As on
+        Telegram, an expired one is touched only if the button is of the gateway's own."""
         user_info = _obj(body.get("user"))
         user = str(user_info.get("id") or "")
         actions = body.get("actions") or []
@@ -377,31 +396,40 @@ class SlackAdapter:
             self._count("denied")
             return None
         result = await self.ctx.gateway.press(value, user, is_operator=user in self._operators)
-        if result.status is PressStatus.OK and result.resolved is not None and message_ts:
-            return "chat.update", {  # no choices left in it: the buttons are gone
-                "channel": channel,
-                "ts": str(message_ts),
-                "resolved": result.resolved,
-                "target": ReplyTarget(
-                    surface=PLATFORM, thread_key=f"slack:{team}:{channel}", context={}
-                ),
-            }
-        if result.status is PressStatus.OK and not result.text:
+        answered = result.status is PressStatus.OK
+        stale = result.status is PressStatus.EXPIRED and issued(value)
+        target = ReplyTarget(surface=PLATFORM, thread_key=f"slack:{team}:{channel}", context={})
+        ref = resolved = None
+        if (answered or stale) and result.resolved is not None and message_ts:
+            ref, resolved = f"{channel}:{message_ts}", result.resolved
+        ephemeral: dict[str, Any] | None = None
+        if result.text and not (answered and resolved is not None):  # an edit says it all
+            ephemeral = {"channel": channel, "user": user, "text": result.text}
+            if thread_ts:
+                ephemeral["thread_ts"] = str(thread_ts)
+        if ref is None and ephemeral is None:
             return None
-        kwargs: dict[str, Any] = {"channel": channel, "user": user, "text": result.text}
-        if thread_ts:
-            kwargs["thread_ts"] = str(thread_ts)
-        return "chat.postEphemeral", kwargs
+        return PressAnswer(target, ref, resolved, stale, ephemeral)
 
-    async def _answer_press(self, method: str, kwargs: dict[str, Any]) -> None:
+    async def _answer_press(self, answer: PressAnswer) -> None:
+        """Edit the pressed message, then tell the presser; neither failing stops the other."""
+        if answer.ref is not None and answer.resolved is not None:
+            # through the surface: a 429 holds the edit and sends it when Slack reopens,
+            # so the pressed message does not keep its buttons
+            settle = self.surface.settle if answer.stale else self.surface.edit
+            await self._answer_call(
+                "chat.update", settle(answer.target, answer.ref, answer.resolved)
+            )
+        if answer.ephemeral is not None:
+            await self._answer_call(
+                "chat.postEphemeral", self.client.chat_postEphemeral(**answer.ephemeral)
+            )
+
+    async def _answer_call(self, method: str, call: Awaitable[Any]) -> None:
+        """One Slack call of a press's answer: a failure is logged, never raised (nothing
+        waits for this task but shutdown); a held edit goes out once Slack allows."""
         try:
-            if method == "chat.update":
-                # through the surface: a 429 holds the edit and sends it when Slack reopens,
-                # so the answered prompt does not keep its buttons
-                ref = f"{kwargs['channel']}:{kwargs['ts']}"
-                await self.surface.edit(kwargs["target"], ref, kwargs["resolved"])
-            else:
-                await self.client.chat_postEphemeral(**kwargs)
+            await call
         except DeliveryError as exc:
             if exc.retry_after:
                 log.info("slack: the answer to a button press waits for Slack: %s", exc)

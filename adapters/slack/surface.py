@@ -26,9 +26,11 @@ Workspaces never wait for each other.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -418,6 +420,9 @@ class SlackSurface:
         # in flight must not land after the summary that replaced it
         self._edit_locks: dict[str, asyncio.Lock] = {}
         self._edit_seq: dict[str, int] = {}
+        # ref -> edits of it between taking a seq number and their end (sent, held, failed):
+        # the clean-out of idle messages keeps their order and lock
+        self._open_edits: dict[str, int] = {}
         self._landed: dict[str, Outgoing] = {}  # ref -> what its last edit showed
 
     # -- rate limits --------------------------------------------------------------------------
@@ -489,14 +494,15 @@ class SlackSurface:
                 await asyncio.sleep(wait)  # waiting out the budget or a 429, not synchronisation
                 continue
             ref, held = min(queue, key=lambda item: item[1].rank)
-            del self._held_edits[ref]
-            try:
-                await self._update(team, ref, held.message, held.seq)
-            except DeliveryError as exc:
-                if exc.retry_after and ref not in self._held_edits:
-                    self._held_edits[ref] = held  # its place in the queue kept
-                elif not exc.retry_after:
-                    log.info("slack: held edit dropped: %s", exc)
+            with self._editing(ref):
+                del self._held_edits[ref]
+                try:
+                    await self._update(team, ref, held.message, held.seq)
+                except DeliveryError as exc:
+                    if exc.retry_after and ref not in self._held_edits:
+                        self._held_edits[ref] = held  # its place in the queue kept
+                    elif not exc.retry_after:
+                        log.info("slack: held edit dropped: %s", exc)
 
     async def close(self) -> None:
         """Let held edits go out for a while (summaries among them), then stop sending."""
@@ -621,17 +627,27 @@ class SlackSurface:
         first; else hold the edit (the newest per message wins) and raise
         :class:`DeliveryError` with ``retry_after``: the workspace's flusher sends it."""
         team = team_of(target)
-        seq = self._edit_seq[ref] = self._edit_seq.get(ref, 0) + 1
-        try:
-            if self._queued_ahead(team, ref, message):
-                wait = max(self._wait("chat.update", team), 1.0 / self._budget(team).rate)
-                raise DeliveryError("chat.update: queued behind held edits", retry_after=wait)
-            await self._update(team, ref, message, seq)
-        except DeliveryError as exc:
-            if not exc.retry_after:
+        with self._editing(ref):
+            seq = self._edit_seq[ref] = self._edit_seq.get(ref, 0) + 1
+            try:
+                if self._queued_ahead(team, ref, message):
+                    wait = max(self._wait("chat.update", team), 1.0 / self._budget(team).rate)
+                    raise DeliveryError("chat.update: queued behind held edits", retry_after=wait)
+                await self._update(team, ref, message, seq)
+            except DeliveryError as exc:
+                if not exc.retry_after:
+                    raise
+                self._hold(team, ref, message, seq)
                 raise
-            self._hold(team, ref, message, seq)
-            raise
+
+    async def settle(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
+        """Edit a message a button press found stale (its run is over), unless an edit of
+        it is held or under way: that one is newer (the run's summary, which drops the
+        buttons itself) and is not replaced."""
+        if ref in self._held_edits or ref in self._open_edits:
+            log.debug("slack: stale press on %s left to the edit already coming", ref)
+            return
+        await self.edit(target, ref, message)
 
     async def _update(self, team: str, ref: str, message: Outgoing, seq: int) -> None:
         channel, ts = split_ref(ref)
@@ -657,13 +673,35 @@ class SlackSurface:
             self._landed[ref] = message
 
     def _edit_lock(self, ref: str) -> asyncio.Lock:
-        if len(self._edit_locks) > MAX_EDIT_STATE:  # forget messages no edit is using
-            for old in [r for r, lock in self._edit_locks.items() if not lock.locked()]:
-                if old not in self._held_edits:
-                    self._edit_locks.pop(old, None)
-                    self._edit_seq.pop(old, None)
-                    self._landed.pop(old, None)
         return self._edit_locks.setdefault(ref, asyncio.Lock())
+
+    @contextlib.contextmanager
+    def _editing(self, ref: str) -> Iterator[None]:
+        """An edit of ``ref`` is open from its seq number to its end (sent, held, failed).
+        The clean-out runs after it, not before: forgetting the seq of an edit still to be
+        made would make :meth:`_update` take it for a stale one and drop it silently."""
+        self._open_edits[ref] = self._open_edits.get(ref, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._open_edits.pop(ref) - 1
+            if left:
+                self._open_edits[ref] = left
+            self._forget_idle_edits()
+
+    def _forget_idle_edits(self) -> None:
+        """Past MAX_EDIT_STATE messages, forget those no edit is using: none open (which
+        covers one waiting for the lock, even in the moment after a release when the lock
+        reads unlocked) and none held for the flusher."""
+        if len(self._edit_seq) <= MAX_EDIT_STATE:
+            return
+        busy = self._open_edits.keys() | self._held_edits.keys()
+        idle = [ref for ref in self._edit_seq if ref not in busy]
+        for ref in idle:
+            del self._edit_seq[ref]
+            self._edit_locks.pop(ref, None)
+            self._landed.pop(ref, None)
+        log.debug("slack: forgot the edit state of %d idle messages", len(idle))
 
     async def upload(
         self,

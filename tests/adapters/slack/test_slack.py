@@ -454,6 +454,83 @@ async def test_stop_button_and_thread_commands(env: dict[str, str], fake: FakeSl
         await wait_post(fake, "Stopped by", count=2)
 
 
+async def test_an_expired_stop_button_loses_its_button_when_pressed(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    """A progress bubble left by an earlier process (a crash: nothing turned it into a
+    summary) still shows "working" and a Stop button. Pressing it, the core answers EXPIRED
+    with ``resolved`` ("This run has ended.", no buttons): the bubble is edited to it, as on
+    Telegram, and the presser is still told (ephemeral), not left with a stale button."""
+    stale_stop = "AbCdEfGhIjKlMnOp.stop"  # the shape prompts.new_token() + ".stop" has
+    stop_button = {
+        "type": "button",
+        "action_id": "jb_choice_0",
+        "text": {"type": "plain_text", "text": "Stop"},
+        "value": stale_stop,
+        "style": "danger",
+    }
+    bubble = fake._post(
+        {
+            "channel": CHANNEL,
+            "thread_ts": MENTION_TS,
+            "text": "working… 12s",
+            "blocks": [
+                {"type": "markdown", "text": "working… 12s"},
+                {"type": "actions", "block_id": "jb_choices_0", "elements": [stop_button]},
+            ],
+        }
+    )
+    ts = bubble["ts"]
+    async with running_gateway(env) as (app, _client):
+        payload = copy.deepcopy(vector("block_actions"))
+        payload["container"].update(message_ts=ts, thread_ts=MENTION_TS, channel_id=CHANNEL)
+        payload["message"].update(ts=ts, thread_ts=MENTION_TS)
+        payload["actions"][0].update(value=stale_stop, action_id="jb_choice_0")
+        assert await action(app.port, payload) == 200
+        try:
+            await wait_until(
+                lambda: any(c.args.get("ts") == ts for c in fake.called("chat.update")),
+                10,
+                "the stale bubble edited without its Stop button",
+            )
+            await wait_until(
+                lambda: bool(fake.called("chat.postEphemeral")), 10, "the presser told"
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the fake saw {seen(fake)}") from None
+        (msg,) = [m for m in fake.messages[CHANNEL] if m["ts"] == ts]
+        assert not [b for b in msg.get("blocks") or [] if b.get("type") == "actions"]
+        assert "ended" in str(msg.get("text"))
+        (told,) = fake.called("chat.postEphemeral")
+        assert told.args["user"] == ADA and told.args["thread_ts"] == MENTION_TS
+
+
+async def test_a_stop_press_is_acked_within_slacks_three_seconds(
+    env: dict[str, str], fake: FakeSlackApi
+) -> None:
+    """Slack wants an interaction acked within 3 seconds, else it shows the presser an error.
+    _on_action acks after the core's press(); for a Stop that must return at once, not once
+    the runner has exited (SIGTERM, then up to runner.kill_grace_s): a runner slow to exit
+    must not make the Stop press "fail" in Slack although the run does stop."""
+    env["JAZZ_BRIDGE_RUNNER__KILL_GRACE_S"] = "5"
+    async with running_gateway(env) as (app, _client):
+        root = "1764669950.000100"
+        assert await event(app.port, mention("Ev0SLOWSTOP", "!ignore-term", ts=root)) == 200
+
+        def bubble() -> list[Call]:
+            return [c for c in fake.called("chat.postMessage") if buttons(c)]
+
+        await wait_until(lambda: bool(bubble()), 15, "a progress message with a Stop button")
+        (stop,) = buttons(bubble()[0])
+        payload = press_payload(stop["value"], ADA, bubble()[0], posted_ts(fake, bubble()[0]))
+        started = asyncio.get_running_loop().time()
+        status = await asyncio.wait_for(action(app.port, payload), timeout=20)
+        took = asyncio.get_running_loop().time() - started
+        assert status == 200
+        await wait_post(fake, "Stopped by", timeout=20)
+        assert took < 3.0, f"the Stop press was acked after {took:.1f}s (Slack allows 3s)"
+
+
 async def test_jazz_slash_command_acts_on_the_channel_or_dm(
     env: dict[str, str], fake: FakeSlackApi
 ) -> None:
