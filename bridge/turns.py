@@ -77,6 +77,8 @@ INTERRUPTED_TEXT = (
 RUN_OVER_TOAST = "This run has already ended."
 RUN_OVER_TEXT = "⏹️ This run has ended."  # a bubble pressed after its run (its Stop gone)
 CLOSED_BUBBLES_KEPT = 4096  # Stop tokens of bubbles this process turned into summaries
+DOWNLOAD_TRIES = 4  # a file the platform refused for a while (429, 5xx, a reset): tries in all
+DOWNLOAD_WAIT_MAX_S = 30.0  # the longest wait between two tries (its Retry-After, or backoff)
 HOMES_KEPT = 10_000  # homes of the conversations served last, kept resolved (least recent go)
 SHUTDOWN_TEXT = (
     "⚠️ The gateway is shutting down, so this run was stopped before it finished. "
@@ -625,8 +627,18 @@ class Engine:
         return await self._resolve(run, record, code, actor_id, text=None)
 
     async def _resolve(
-        self, run: ActiveRun, record: PromptRecord, code: str, actor: str, text: str | None
+        self,
+        run: ActiveRun,
+        record: PromptRecord,
+        code: str,
+        actor: str,
+        text: str | None,
+        *,
+        typed: bool = False,
     ) -> PressResult:
+        """Answer ``record`` (and, for "… all", every pending approval). The message of a
+        pressed prompt is settled by its adapter; a typed answer's prompt (nothing pressed)
+        and the others answered with it are settled here, so none keeps its buttons."""
         targets = [record]
         if record.kind == "approval" and code in (P.APPROVE_ALL, P.REJECT_ALL):
             targets = [r for r in run.prompts.values() if r.kind == "approval"]
@@ -643,6 +655,8 @@ class Engine:
             await run.handle.answer(answer)
             if rec.token != record.token:  # answered with it ("Approve all"): say so there too
                 await self._settle_prompt_message(run, rec, P.resolved_text(rec, code, name, None))
+            elif typed:
+                await self._settle_prompt_message(run, rec, P.resolved_text(rec, code, name, text))
             else:
                 run.prompt_replies.pop(rec.token, None)  # the caller settles the one pressed
         if not resolved_any:
@@ -693,7 +707,7 @@ class Engine:
                 functools.partial(self.store.redact_message, msg.id), f"redacting {msg.id}"
             )
         result = await self._retry.run(
-            functools.partial(self._resolve, run, record, code, msg.sender_id, free),
+            functools.partial(self._resolve, run, record, code, msg.sender_id, free, typed=True),
             f"the answer of message {msg.id} to a prompt",
         )
         if result is None:  # stopping: the run ends unanswered, the next start tells it
@@ -935,9 +949,23 @@ class Engine:
                 )
             if surface is None:
                 raise DeliveryError(f"no surface {msg.platform} to download {att.name} from")
-            data = await surface.download(att, cap)
+            data = await self._download(surface, att, cap)
             paths.append(await asyncio.to_thread(save_attachment, home, msg.id, att.name, data))
         return paths
+
+    async def _download(self, surface: Surface, att: Attachment, cap: int) -> bytes:
+        """One attached file; a refusal that is not permanent (flood control, a 5xx, a lost
+        connection) is waited out and tried again (bounded) before the turn gives up."""
+        for attempt in range(1, DOWNLOAD_TRIES + 1):
+            try:
+                return await surface.download(att, cap)
+            except DeliveryError as exc:
+                if exc.permanent or attempt == DOWNLOAD_TRIES or self.stopping:
+                    raise
+                wait = min(exc.retry_after or 2.0 ** (attempt - 1), DOWNLOAD_WAIT_MAX_S)
+                log.info("downloading %s failed (%s); again in %.0fs", att.name, exc, wait)
+                await asyncio.sleep(wait)  # the platform's pace or a backoff, bounded
+        raise AssertionError("unreachable")  # the last try returned or raised
 
     async def _execute(
         self, run: ActiveRun, home: Home, epoch: int, attachments: list[str]
