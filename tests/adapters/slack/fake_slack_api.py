@@ -101,7 +101,7 @@ class FakeSlackApi:
         when: Callable[[dict[str, Any]], bool] = lambda _a: True,
         stall_s: float = 0.0,
     ) -> None:
-        if kind not in ("429", "5xx", "drop", "stall", "slow"):
+        if kind not in ("429", "5xx", "internal_error", "drop", "stall", "slow"):
             raise ValueError(kind)
         self.failures.append(Failure(method, kind, times, retry_after, commit, when, stall_s))
 
@@ -226,6 +226,9 @@ class FakeSlackApi:
         if failure.kind == "5xx":
             self.calls.append(Call(method, args, 503))
             return web.json_response({"ok": False, "error": "service_unavailable"}, status=503)
+        if failure.kind == "internal_error":  # Slack: "some aspect ... may have succeeded"
+            self.calls.append(Call(method, args, 400))
+            return web.json_response({"ok": False, "error": "internal_error"})
         self.calls.append(Call(method, args, 0))
         if failure.kind == "stall":
             await asyncio.sleep(failure.stall_s)  # past the client's timeout: it gave up

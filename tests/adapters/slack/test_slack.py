@@ -692,7 +692,7 @@ async def test_an_upload_whose_answer_was_lost_is_found_not_uploaded_again(
         assert fake.called("conversations.replies")
 
 
-@pytest.mark.parametrize("kind", ["5xx", "drop"])
+@pytest.mark.parametrize("kind", ["5xx", "internal_error", "drop"])
 async def test_an_unclear_post_failure_is_checked_not_resent(
     env: dict[str, str], fake: FakeSlackApi, kind: str
 ) -> None:
