@@ -109,6 +109,10 @@ class ConversationSlot:
     worker: asyncio.Task[None] | None = None
     active: ActiveRun | None = None
     last: RunHandle | None = None  # the previous run, until everything it started is gone
+    # the message taken off the queue whose run is about to start (waiting for a run slot,
+    # being recorded): a /stop then stops that run as it starts, and who asked
+    next: MessageRecord | None = None
+    stop_next: str | None = None
     told: bool = False  # told "queued"/"waiting" since the queue was last empty (one per burst)
 
 
@@ -389,6 +393,7 @@ class Engine:
                 await last.settled()
                 continue
             msg = slot.queue.popleft()
+            slot.next, slot.stop_next = msg, None
             self.metrics.queue_depth.dec()
             try:
                 # A store error reaches here only before the run's start (the first write
@@ -406,6 +411,7 @@ class Engine:
                 await self._fail_left_running(msg, exc)
         slot.worker = None
         slot.told = False
+        slot.next = slot.stop_next = None
         if not self.stopping:  # stopping: stop() still waits for what the slot holds
             self._forget_if_idle(conversation_id)
 
@@ -568,11 +574,15 @@ class Engine:
 
     async def _stop_command(self, msg: MessageRecord, slot: ConversationSlot) -> str:
         run = slot.active
-        if run is None:
+        starting = slot.next if run is None else run.message
+        if starting is None:
             return "Nothing is running in this conversation."
-        if msg.sender_id != run.message.sender_id and not msg.is_operator:
-            who = run.message.sender_name or run.message.sender_id
+        if msg.sender_id != starting.sender_id and not msg.is_operator:
+            who = starting.sender_name or starting.sender_id
             return f"Only {who} (who started this run) or an operator can stop it."
+        if run is None:  # about to start (waiting for a run slot): stopped as it starts
+            slot.stop_next = msg.sender_name or msg.sender_id
+            return "⏹️ Stopped: the run that was about to start stops as it starts."
         await self._stop_run(run, msg.sender_name or msg.sender_id)
         return "⏹️ Stopped."
 
@@ -890,6 +900,8 @@ class Engine:
             return None
         epoch = run_record.epoch
         run = ActiveRun(message=msg, run_id=run_record.id, target=self._target(msg))
+        run.stopped_by, slot.stop_next = slot.stop_next, None  # a /stop before it started
+        slot.next = None
         slot.active = run
         self._stop_tokens[run.stop_token] = run
         reporter: asyncio.Task[None] | None = None

@@ -171,3 +171,35 @@ async def test_idle_conversations_do_not_keep_their_last_run_in_memory(
             20,
             "every conversation forgotten once idle",
         )
+
+
+async def test_stop_sent_while_the_run_waits_for_a_slot_stops_it_as_it_starts(
+    env: dict[str, str], fake_dir: Path
+) -> None:
+    """A message waits for the gateway's only run slot (it has left its queue, its run has
+    not begun): a /stop then stops that run as it starts, instead of "Nothing is running"
+    and the run going ahead."""
+    env["JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS"] = "1"
+    async with running_gateway(env, {"plain": plain_surface.SPEC}) as (app, _):
+        surface = plain_surface.INSTANCES[-1].surface
+        gw = app.engine
+        assert gw is not None
+        await gw.submit(inbound("a1", "hold one", thread="plain:a"))
+        await wait_until(lambda: len(starts(fake_dir)) == 1, 20, "the first run to start")
+        await gw.submit(inbound("b1", "message b1", thread="plain:b"))
+        await wait_until(
+            lambda: any("limit; yours starts" in t for t in surface.texts()), 20, "b1 waiting"
+        )
+        await gw.submit(inbound("b2", "/stop", thread="plain:b"))
+        await wait_until(
+            lambda: any(t.startswith("⏹️ Stopped: the run that was about") for t in surface.texts()),
+            20,
+            "the /stop answered",
+        )
+        (fake_dir / "release-one").touch()
+        await wait_until(
+            lambda: any(t.startswith("⏹️ Stopped by u1") for t in surface.texts()),
+            20,
+            "b1's run stopped as it started",
+        )
+        assert not any(t.startswith("fake answer to: message b1") for t in surface.texts())
