@@ -20,13 +20,14 @@ from typing import Any
 
 from aiohttp import web
 from telegram import BotCommand, CallbackQuery, Message, Update
-from telegram.error import InvalidToken, RetryAfter, TelegramError
+from telegram.error import Conflict, InvalidToken, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder
 
 from bridge import rules
 from bridge.errors import AdapterError
-from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatus
+from bridge.ports import AdapterContext, DeliveryError, PressResult, PressStatus, SubmitStatus
 from bridge.prompts import issued
+from bridge.store import StoreError
 
 from . import convert, guard
 from .spec import TelegramSettings, check
@@ -41,6 +42,8 @@ MAX_TOAST = 200  # answerCallbackQuery's text limit
 MAX_BACKOFF_S = 30.0
 SEND_POOL = 256  # keep-alive connections for every method but getUpdates (PTB's default)
 OFFSET_HINT_EVERY_S = 1.0  # the stored polling offset (a restart hint) at most once a second
+# what holds the polling offset back: a write that may succeed when the update is fetched again
+RETRIED_FAILURES: tuple[type[BaseException], ...] = (StoreError, OSError)
 
 
 class TelegramAdapter:
@@ -122,11 +125,19 @@ class TelegramAdapter:
                     self._error = f"setWebhook failed: {exc}"
                     log.error("telegram: %s", self._error)
             return
-        with contextlib.suppress(TelegramError):
-            await self.bot.delete_webhook()  # getUpdates is refused while a webhook is set
+        await self._delete_webhook()  # failed: the poll loop deletes it at getUpdates' 409
         self._stopping = False
         self._stopped.clear()
         self._poller = asyncio.create_task(self._poll(), name="telegram-polling")
+
+    async def _delete_webhook(self) -> None:
+        """getUpdates is refused (409 Conflict) while a webhook is set: remove it."""
+        try:
+            await self.bot.delete_webhook()
+        except (TelegramError, OSError) as exc:
+            log.warning(
+                "telegram: deleteWebhook failed (tried again if getUpdates is refused): %s", exc
+            )
 
     async def stop(self) -> None:
         self._stopping = True
@@ -229,11 +240,17 @@ class TelegramAdapter:
         return submitted.status
 
     async def _on_callback(self, query: CallbackQuery) -> None:
+        """Handle a press, answer its query, then edit the pressed message.
+
+        The answer goes first: the button spins until it arrives, and the edit waits for
+        the chat's pace (seconds in a group) and may be slow or fail; neither delays it.
+        """
         assert self.rules is not None
         user = query.from_user
         message = query.message
         chat = message.chat if message is not None else None
         text, alert = "", False
+        pressed: tuple[Message, str, PressResult] | None = None
         try:
             if not self.rules.user_allowed(
                 user, chat.id if chat else None, getattr(chat, "username", None)
@@ -247,7 +264,7 @@ class TelegramAdapter:
                 text = result.text
                 alert = result.status in (PressStatus.NOT_YOURS, PressStatus.EXPIRED)
                 if isinstance(message, Message):
-                    await self._settle(message, query.data, result.status, result.resolved)
+                    pressed = (message, query.data, result)
         except Exception:
             log.exception("telegram: callback query %s failed", query.id)
             text, alert = "Something went wrong; please try again.", True
@@ -258,6 +275,12 @@ class TelegramAdapter:
                 )
             except TelegramError as exc:
                 log.info("telegram: answerCallbackQuery failed: %s", exc)
+        if pressed is not None:
+            message, data, result = pressed
+            try:
+                await self._settle(message, data, result.status, result.resolved)
+            except Exception:  # the press is handled and answered; only its message is stale
+                log.exception("telegram: could not update the message of press %s", query.id)
 
     async def _settle(
         self, message: Message, data: str, status: PressStatus, resolved: Any
@@ -306,6 +329,13 @@ class TelegramAdapter:
             except RetryAfter as exc:
                 await asyncio.sleep(retry_seconds(exc))
                 continue
+            except Conflict as exc:  # a webhook is set (or another poller runs)
+                self._error = f"getUpdates refused: {exc}"
+                log.warning("telegram: %s (deleting the webhook; again in %.0fs)", exc, backoff)
+                await self._delete_webhook()
+                await asyncio.sleep(backoff)  # backoff, not synchronisation
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
             except (TelegramError, OSError) as exc:
                 self._error = f"getUpdates failed: {exc}"
                 log.warning("telegram: %s (again in %.0fs)", self._error, backoff)
@@ -332,8 +362,10 @@ class TelegramAdapter:
         start in batch order. A button press is a barrier: the messages before it are
         persisted before it is handled, as when the batch is taken one at a time.
         The offset may pass only the leading updates that are done: after the first one
-        that failed, the rest are fetched again (duplicates of the ones already in the
-        inbox are dropped by their update_id).
+        that the store failed to take, the rest are fetched again (duplicates of the ones
+        already in the inbox are dropped by their update_id). An update that could never
+        be taken (one the webhook would refuse, or any other failure to handle it) is
+        logged and passed, or it would stop the offset, and all behind it, for good.
         """
         done: list[Update] = []
         i = 0
@@ -344,12 +376,12 @@ class TelegramAdapter:
                     j += 1
             chunk = updates[i:j]
             outcomes = await asyncio.gather(
-                *(self.process(u) for u in chunk), return_exceptions=True
+                *(self._process_polled(u) for u in chunk), return_exceptions=True
             )
             for update, outcome in zip(chunk, outcomes, strict=True):
                 if isinstance(outcome, asyncio.CancelledError):
                     raise outcome
-                if isinstance(outcome, BaseException):
+                if isinstance(outcome, RETRIED_FAILURES):
                     log.error(
                         "telegram: update %d not persisted (fetched again): %s",
                         update.update_id,
@@ -357,11 +389,38 @@ class TelegramAdapter:
                         exc_info=outcome,
                     )
                     return done, False
+                if isinstance(outcome, BaseException):
+                    log.error(
+                        "telegram: update %d could not be handled; skipped: %s",
+                        update.update_id,
+                        outcome,
+                        exc_info=outcome,
+                    )
+                    self.ctx.metrics.messages.labels("telegram", "ignored").inc()
                 if outcome is SubmitStatus.REFUSED:
                     return done, True
                 done.append(update)
             i = j
         return done, False
+
+    async def _process_polled(self, update: Update) -> SubmitStatus | None:
+        """``process`` for a polled update the webhook would take; None for one it refuses."""
+        if not self._well_formed(update):
+            return None
+        return await self.process(update)
+
+    def _well_formed(self, update: Update) -> bool:
+        """The webhook's check (guard.problem) for a polled update: one it would refuse with
+        a 400 (a lone surrogate no store can keep, say) is logged, counted and passed."""
+        try:
+            problem = guard.problem(update.to_dict())
+        except Exception as exc:  # what PTB made of it cannot be read back: not an update
+            problem = f"cannot be read back ({exc!r})"
+        if problem is None:
+            return True
+        log.warning("telegram: polled update %d skipped: %s", update.update_id, problem)
+        self.ctx.metrics.messages.labels("telegram", "malformed").inc()
+        return False
 
     def _save_offset(self, offset: int) -> None:
         """Note the offset for the next start, in the background, the latest value winning.

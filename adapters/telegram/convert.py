@@ -63,6 +63,7 @@ SPLITTABLE = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler
 QUOTES = frozenset({"blockquote", "expandable_blockquote"})
 CODE = frozenset({"code", "pre"})
 NON_SPACE = re.compile(r"\S")
+BLANK = " \t"  # the spaces a removed @mention leaves beside it (never line breaks)
 TgEntity = telegramify_markdown.MessageEntity
 
 
@@ -672,6 +673,34 @@ def _replies_to_bot(message: Message, rules: Rules) -> bool:
     return reply.from_user is not None and reply.from_user.id == rules.bot_id
 
 
+def without_mentions(text: str, bot_username: str) -> str:
+    """``text`` without ``@bot``: only the gap each mention leaves is tidied.
+
+    The text is what the agent reads (code, YAML, a Makefile), so spaces elsewhere are kept
+    as written. Between words the gap becomes one space; at the start of a line or before
+    its end the spaces beside the mention go; the text is stripped only at an end that a
+    mention opened or closed, and at the start no further than the last line break, so the
+    first line of an indented block after ``@bot`` keeps its indentation.
+    """
+    if not bot_username:
+        return text
+    mention = re.compile(rf"(?<![\w@])@{re.escape(bot_username)}(?!\w)", re.IGNORECASE)
+    pieces = mention.split(text)
+    if len(pieces) == 1:
+        return text
+    joined = pieces[0]
+    for piece in pieces[1:]:
+        left, right = joined.rstrip(BLANK), piece.lstrip(BLANK)
+        between_words = left[-1:] not in ("", "\n", "\r") and right[:1] not in ("", "\n", "\r")
+        joined = left + (" " if between_words else "") + right
+    if not pieces[0].strip():  # a mention opened the text
+        lead = joined[: len(joined) - len(joined.lstrip())]
+        joined = joined[lead.rfind("\n") + 1 if "\n" in lead else len(lead) :]
+    if not pieces[-1].strip():  # a mention closed it
+        joined = joined.rstrip()
+    return joined
+
+
 def to_inbound(update_id: int, message: Message, rules: Rules) -> Inbound | Ignored:
     """The message as the core's Inbound, or why it is not one."""
     user = message.from_user
@@ -694,8 +723,7 @@ def to_inbound(update_id: int, message: Message, rules: Rules) -> Inbound | Igno
     addressed = command is not None or not shared or rules.group_trigger == "all"
     if not (addressed or _mentions_bot(message, rules) or _replies_to_bot(message, rules)):
         return Ignored("ignored", "a group message not addressed to the bot")
-    mention = re.compile(rf"(?<![\w@])@{re.escape(rules.bot_username)}(?!\w)", re.IGNORECASE)
-    cleaned = re.sub(r"[ \t]{2,}", " ", mention.sub("", text)).strip()
+    cleaned = without_mentions(text, rules.bot_username)
     if cleaned or files:
         text = cleaned
     topic = topic_id(message)

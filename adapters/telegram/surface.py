@@ -17,6 +17,11 @@ sent again: one extra copy per such event, never a lost answer (tests/faults mea
 A progress bubble is not sent again after such a failure (the core's reporter gives it up):
 its copy, if it landed, is an orphan whose id the gateway never learnt, and a press on its
 Stop once the run is over turns it into "the run has ended", without buttons.
+
+A basic group upgraded to a supergroup (an admin turns on topics, a public link, ...) gets
+a new chat id, and every call to the old one is refused with ``migrate_to_chat_id`` (PTB's
+``ChatMigrated``). Telegram says where the chat went, so the call is made once more there,
+and the surface remembers the move: the thread's later replies and edits go to the new id.
 """
 
 from __future__ import annotations
@@ -27,9 +32,9 @@ import datetime as dtm
 import logging
 import time
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from telegram import (
     Bot,
@@ -63,7 +68,10 @@ MAX_PHOTO_BYTES = 10 * 1024 * 1024  # larger images go as documents
 MAX_CALLBACK_DATA = 64  # bytes
 MAX_PARTIAL = 1000  # replies whose parts are remembered across retries
 GROUP_PACE_FACTOR = 3  # a group chat (id < 0) is paced 3x a private one: ~20 a minute
+MAX_MIGRATED = 10_000  # groups remembered as upgraded to a supergroup (old id -> new id)
 PHOTO_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
+
+T = TypeVar("T")
 
 
 def retry_seconds(exc: RetryAfter) -> float:
@@ -117,6 +125,7 @@ class TelegramSurface:
         self._partial: dict[str, dict[int, int]] = {}  # reply key -> part -> message id
         self._held_edits: dict[tuple[int, int], Outgoing] = {}  # message -> newest held edit
         self._flusher: asyncio.Task[None] | None = None
+        self._migrated: dict[int, int] = {}  # a group upgraded to a supergroup: old -> new id
 
     # -- flood control ------------------------------------------------------------------------
 
@@ -209,6 +218,30 @@ class TelegramSurface:
             return DeliveryError(f"Telegram unreachable: {exc}")
         return DeliveryError(f"Telegram error: {exc}")
 
+    # -- a group upgraded to a supergroup ---------------------------------------------------
+
+    def current_chat(self, chat: int) -> int:
+        """The chat's id now: a group's supergroup id once Telegram has told of the upgrade."""
+        return self._migrated.get(chat, chat)
+
+    def _remember_migration(self, old: int, new: int) -> int:
+        if self._migrated.get(old) != new:
+            log.info("telegram: group %d is now supergroup %d; its replies go there", old, new)
+        self._migrated.pop(old, None)  # the newest move is the last one evicted
+        self._migrated[old] = new
+        while len(self._migrated) > MAX_MIGRATED:
+            self._migrated.pop(next(iter(self._migrated)))
+        return new
+
+    async def _in_chat(self, chat: int, call: Callable[[int], Awaitable[T]]) -> T:
+        """``call`` in the chat's current id; once more in the supergroup if Telegram says the
+        group was upgraded (a second ChatMigrated is raised to the caller, mapped as refused)."""
+        chat = self.current_chat(chat)
+        try:
+            return await call(chat)
+        except ChatMigrated as exc:
+            return await call(self._remember_migration(chat, int(exc.new_chat_id)))
+
     # -- where ---------------------------------------------------------------------------------
 
     @staticmethod
@@ -227,6 +260,7 @@ class TelegramSurface:
 
     async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
         chat, thread = self._where(target)
+        chat = self.current_chat(chat)
         self._check_cooldown()
         parts = convert.render(message.text)
         markup = keyboard(message.choices)
@@ -260,7 +294,7 @@ class TelegramSurface:
         self._partial.pop(reply_key, None)
         while len(self._partial) > MAX_PARTIAL:
             self._partial.pop(next(iter(self._partial)))
-        return f"{chat}:{last_id}"
+        return f"{self.current_chat(chat)}:{last_id}"
 
     async def _send_text(
         self,
@@ -273,7 +307,6 @@ class TelegramSurface:
         reply_to: int | None,
     ) -> int:
         kwargs: dict[str, Any] = {
-            "chat_id": chat,
             "message_thread_id": thread,
             "reply_markup": markup,
             "link_preview_options": LinkPreviewOptions(is_disabled=True),
@@ -283,15 +316,20 @@ class TelegramSurface:
                 message_id=reply_to, allow_sending_without_reply=True
             )
         try:
-            sent = await self.bot.send_message(
-                text=part.text, entities=list(part.entities) or None, **kwargs
+            sent = await self._in_chat(
+                chat,
+                lambda c: self.bot.send_message(
+                    chat_id=c, text=part.text, entities=list(part.entities) or None, **kwargs
+                ),
             )
         except BadRequest as exc:
             if not (part.entities and _entity_error(exc)):
                 raise self._map(exc) from exc
             log.warning("Telegram refused the formatting (%s); resending as plain text", exc)
             try:
-                sent = await self.bot.send_message(text=plain, **kwargs)
+                sent = await self._in_chat(
+                    chat, lambda c: self.bot.send_message(chat_id=c, text=plain, **kwargs)
+                )
             except TelegramError as exc2:
                 raise self._map(exc2) from exc2
         except TelegramError as exc:
@@ -304,6 +342,7 @@ class TelegramSurface:
     async def edit_message(self, chat: int, message_id: int, message: Outgoing) -> None:
         """Edit now, or during the bot-wide cooldown keep it as that message's newest edit
         (sent once the cooldown is over). A 429 on the edit itself holds it too, and raises."""
+        chat = self.current_chat(chat)
         if self.cooling_down() > 0:
             self._hold((chat, message_id), message)
             return
@@ -332,13 +371,16 @@ class TelegramSurface:
         self, chat: int, message_id: int, part: convert.Part, markup: InlineKeyboardMarkup | None
     ) -> None:
         try:
-            await self.bot.edit_message_text(
-                text=part.text,
-                chat_id=chat,
-                message_id=message_id,
-                entities=list(part.entities) or None,
-                reply_markup=markup,
-                link_preview_options=LinkPreviewOptions(is_disabled=True),
+            await self._in_chat(
+                chat,
+                lambda c: self.bot.edit_message_text(
+                    text=part.text,
+                    chat_id=c,
+                    message_id=message_id,
+                    entities=list(part.entities) or None,
+                    reply_markup=markup,
+                    link_preview_options=LinkPreviewOptions(is_disabled=True),
+                ),
             )
         except BadRequest as exc:
             if "not modified" in str(exc).lower():
@@ -346,8 +388,11 @@ class TelegramSurface:
             if not (part.entities and _entity_error(exc)):
                 raise self._map(exc) from exc
             try:
-                await self.bot.edit_message_text(
-                    text=part.text, chat_id=chat, message_id=message_id, reply_markup=markup
+                await self._in_chat(
+                    chat,
+                    lambda c: self.bot.edit_message_text(
+                        text=part.text, chat_id=c, message_id=message_id, reply_markup=markup
+                    ),
                 )
             except TelegramError as exc2:
                 raise self._map(exc2) from exc2
@@ -358,14 +403,17 @@ class TelegramSurface:
         """Edit a message a button press found stale (its run is over), unless an edit of it
         is held for the cooldown: that one is newer (the run's summary) and drops the
         buttons itself, so it is not replaced."""
-        if (chat, message_id) in self._held_edits:
+        if (self.current_chat(chat), message_id) in self._held_edits:
             return
         await self.edit_message(chat, message_id, message)
 
     async def remove_keyboard(self, chat: int, message_id: int) -> None:
         try:
-            await self.bot.edit_message_reply_markup(
-                chat_id=chat, message_id=message_id, reply_markup=None
+            await self._in_chat(
+                chat,
+                lambda c: self.bot.edit_message_reply_markup(
+                    chat_id=c, message_id=message_id, reply_markup=None
+                ),
             )
         except TelegramError as exc:
             if not isinstance(exc, BadRequest):
@@ -381,36 +429,46 @@ class TelegramSurface:
         reply_key: str,
     ) -> str:
         chat, thread = self._where(target)
+        chat = self.current_chat(chat)
         self._check_cooldown()
         async with self._paced(chat):
             self._check_cooldown()
             try:
                 if media_type in PHOTO_TYPES and len(data) <= MAX_PHOTO_BYTES:
                     try:
-                        sent = await self.bot.send_photo(
-                            chat_id=chat,
-                            photo=InputFile(data, filename=name),
-                            message_thread_id=thread,
+                        sent = await self._in_chat(
+                            chat,
+                            lambda c: self.bot.send_photo(
+                                chat_id=c,
+                                photo=InputFile(data, filename=name),
+                                message_thread_id=thread,
+                            ),
                         )
-                        return f"{chat}:{sent.message_id}"
+                        return f"{self.current_chat(chat)}:{sent.message_id}"
                     except BadRequest as exc:  # e.g. dimensions Telegram won't show
                         log.info("%s not accepted as a photo (%s); sending a document", name, exc)
-                sent = await self.bot.send_document(
-                    chat_id=chat,
-                    document=InputFile(data, filename=name),
-                    message_thread_id=thread,
+                sent = await self._in_chat(
+                    chat,
+                    lambda c: self.bot.send_document(
+                        chat_id=c,
+                        document=InputFile(data, filename=name),
+                        message_thread_id=thread,
+                    ),
                 )
             except TelegramError as exc:
                 raise self._map(exc) from exc
-        return f"{chat}:{sent.message_id}"
+        return f"{self.current_chat(chat)}:{sent.message_id}"
 
     async def typing(self, target: ReplyTarget) -> None:
         if self.cooling_down() > 0:
             return
         chat, thread = self._where(target)
         try:
-            await self.bot.send_chat_action(
-                chat_id=chat, action=ChatAction.TYPING, message_thread_id=thread
+            await self._in_chat(
+                chat,
+                lambda c: self.bot.send_chat_action(
+                    chat_id=c, action=ChatAction.TYPING, message_thread_id=thread
+                ),
             )
         except TelegramError as exc:
             raise self._map(exc) from exc

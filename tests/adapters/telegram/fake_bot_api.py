@@ -10,7 +10,9 @@ anything: the gateway's acknowledgement never arrived, as if it died between fet
 update and acknowledging it. ``fail`` makes a method misbehave N times like a network or an
 overloaded Telegram does (429 storms, 5xx, a dropped connection, a stall past the client's
 timeout), before doing its work or after it (``commit=True``: the message is in the chat,
-the caller never hears so; recorded with status 200 and ``answered=False``).
+the caller never hears so; recorded with status 200 and ``answered=False``). ``gate`` holds
+a method's calls until a call of another method was answered (bounded), and counts the
+calls that came before that answer: what a client did not wait for.
 """
 
 from __future__ import annotations
@@ -76,6 +78,15 @@ class Failure:
 
 
 @dataclass
+class Gate:
+    method: str
+    after: str
+    when: Callable[[dict[str, Any]], bool]
+    timeout_s: float
+    early: int = 0  # calls that came before a call of ``after`` was answered
+
+
+@dataclass
 class Fault:
     method: str
     kind: str  # "429" | "5xx" | "drop" | "stall"
@@ -95,6 +106,8 @@ class FakeBotApi:
         self.username = username
         self.calls: list[Call] = []
         self.failures: list[Failure] = []
+        self.gates: list[Gate] = []
+        self._answered: dict[str, asyncio.Event] = {}  # method -> a call of it was answered
         self.faults: list[Fault] = []
         self.updates: list[dict[str, Any]] = []
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, data)
@@ -162,6 +175,31 @@ class FakeBotApi:
         if kind not in ("429", "5xx", "drop", "stall"):
             raise ValueError(kind)
         self.faults.append(Fault(method, kind, times, retry_after, commit, stall_s, when))
+
+    def gate(
+        self,
+        method: str,
+        *,
+        after: str,
+        timeout_s: float = 10.0,
+        when: Callable[[dict[str, Any]], bool] = lambda _p: True,
+    ) -> Gate:
+        """Hold each call of ``method`` that ``when`` matches until a call of ``after`` has
+        been answered, at most ``timeout_s``; one that had to wait is counted as early."""
+        gate = Gate(method, after, when, timeout_s)
+        self.gates.append(gate)
+        return gate
+
+    def _answered_event(self, method: str) -> asyncio.Event:
+        return self._answered.setdefault(method, asyncio.Event())
+
+    async def _pass_gates(self, method: str, params: dict[str, Any]) -> None:
+        for gate in self.gates:
+            answered = self._answered_event(gate.after)
+            if gate.method == method and gate.when(params) and not answered.is_set():
+                gate.early += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(answered.wait(), gate.timeout_s)
 
     def _fault(self, method: str, params: dict[str, Any]) -> Fault | None:
         for fault in self.faults:
@@ -254,7 +292,14 @@ class FakeBotApi:
                 {"ok": False, "error_code": 401, "description": "Unauthorized"}, status=401
             )
         method = request.match_info["method"]
+        try:
+            return await self._answer(request, method)
+        finally:
+            self._answered_event(method).set()
+
+    async def _answer(self, request: web.Request, method: str) -> web.Response:
         params = await self._params(request)
+        await self._pass_gates(method, params)
         for failure in self.failures:
             if failure.method == method and failure.when(params):
                 self.failures.remove(failure)

@@ -183,6 +183,27 @@ async def test_private_chats_take_every_message_and_groups_all_with_the_all_trig
         )
 
 
+async def test_indented_code_in_a_private_message_reaches_the_agent_unchanged(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """Only the gap a removed @mention leaves is tidied: every run of two spaces anywhere
+    used to become one, so Python, YAML or a Makefile sent to a coding agent lost its
+    indentation, even in a private chat with no mention at all."""
+    code = "Why does this fail?\n\ndef f(x):\n    if x:\n        return 1\n\treturn 2"
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, update(730100001, private_chat(ADA), ADA, code)) == 200
+        await wait_sent(fake, ADA, "Why does this fail")
+
+        async def done_texts() -> list[str]:
+            return [m.text for m in await app.store.messages_in_state(InboxState.DONE)]
+
+        async def one_done() -> bool:
+            return len(await done_texts()) == 1
+
+        await wait_until(one_done, 20, "the message recorded as done")
+        assert await done_texts() == [code]
+
+
 async def test_callbacks_only_the_requester_approves_and_every_query_is_answered(
     env: dict[str, str], fake: FakeBotApi
 ) -> None:

@@ -8,9 +8,11 @@ be stopped or killed while Telegram still has the update.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -20,6 +22,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from fake_bot_api import Failure
 from tg_support import (
     ADA,
     BOT,
@@ -205,3 +208,85 @@ async def test_polling_killed_between_fetch_and_ack_runs_nothing_twice(
         assert len(runs.starts("telegram:")) == 1
     assert len(texts(fake, ADA, "interrupted")) == 1
     assert not texts(fake, ADA, "fake answer")
+
+
+def refuse_get_updates_while_a_webhook_is_set(fake: FakeBotApi) -> None:
+    """As Telegram does: getUpdates is a 409 Conflict while a webhook is registered."""
+    body = {
+        "ok": False,
+        "error_code": 409,
+        "description": "Conflict: can't use getUpdates method while webhook is active; "
+        "use deleteWebhook to delete the webhook first",
+    }
+    for _ in range(200):  # each Failure answers one call
+        fake.failures.append(Failure("getUpdates", 409, body, lambda _p: bool(fake.webhook_url)))
+
+
+async def test_polling_deletes_the_webhook_again_after_a_conflict(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """Switching a bot from webhook to polling: the start's deleteWebhook meets a transient
+    5xx, and getUpdates is refused with 409 while the webhook is set. The poll loop used to
+    retry only getUpdates, so nothing was fetched again until a restart; now a 409 deletes
+    the webhook again before the next getUpdates."""
+    fake.webhook_url = "https://old.example/telegram/webhook"  # registered by an earlier run
+    refuse_get_updates_while_a_webhook_is_set(fake)
+    fake.fail("deleteWebhook", "5xx")
+    fake.queue_update(update(730200001, private_chat(ADA), ADA, "are you there?"))
+    async with running_gateway(env) as (_app, _client):
+        await wait_sent(fake, ADA, "are you there?", timeout=15)
+    assert fake.called("deleteWebhook", ok=False) and fake.called("deleteWebhook")
+    assert not fake.webhook_url
+
+
+def fetched(fake: FakeBotApi, update_id: int) -> int:
+    """How many getUpdates answers handed out this update."""
+    return sum(
+        any(u.get("update_id") == update_id for u in c.result or ())
+        for c in fake.called("getUpdates")
+    )
+
+
+async def test_polling_gets_past_an_update_that_can_never_be_stored(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """The webhook refuses a body with half a surrogate pair (guard.problem, a 400), as no
+    store can keep it. Polling had no such check: the update reached ``store.accept``, which
+    raised UnicodeEncodeError every time, and any failure stopped the offset before it for
+    ever, so a callback query behind it (a barrier) was never handled nor answered, and
+    once 100 updates waited behind it nothing newer was fetched. Now polling applies the
+    webhook's check, and only a store failure holds the offset back."""
+    fake.queue_update(update(730600001, private_chat(GRACE), GRACE, "broken \ud800 text"))
+    fake.queue_update(press(730600002, ADA, private_chat(ADA), "not-a-gateway-button"))
+    async with running_gateway(env) as (app, _client):
+        await wait_until(
+            lambda: bool(fake.called("answerCallbackQuery")), 10, "the press behind it answered"
+        )
+        await wait_until(lambda: polled_from(fake, 730600003), 10, "both acknowledged")
+        malformed = sample(
+            app, "jazz_bridge_messages_total", platform="telegram", outcome="malformed"
+        )
+        assert malformed == 1
+        assert accepted(app) == 0
+    assert fetched(fake, 730600001) == 1
+
+
+async def test_polling_holds_the_offset_while_the_store_cannot_write(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """A store that cannot write now (its lock held past the busy timeout) is the one
+    failure that keeps the offset before the update: Telegram hands it out again, and it
+    runs once the store can write."""
+    db = Path(env["JAZZ_BRIDGE_ROOT"]) / "state" / "bridge.db"
+    async with running_gateway(env) as (app, _client):
+        await wait_until(lambda: bool(fake.called("getUpdates")), 10, "polling")
+        with contextlib.closing(sqlite3.connect(db, isolation_level=None, timeout=10)) as lock:
+            lock.execute("BEGIN IMMEDIATE")  # what another writer holding the store does
+            fake.queue_update(update(730600101, private_chat(ADA), ADA, "after the lock"))
+            await wait_until(lambda: fetched(fake, 730600101) >= 2, 30, "fetched again")
+            assert not polled_from(fake, 730600102)
+            lock.execute("ROLLBACK")
+        await wait_sent(fake, ADA, "You said:\n\nafter the lock", timeout=30)
+        await wait_until(lambda: polled_from(fake, 730600102), 15, "acknowledged")
+        assert accepted(app) == 1
+    assert len(texts(fake, ADA, "You said:\n\nafter the lock")) == 1

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+from fake_bot_api import Failure
 from tg_support import (
     ADA,
     BOT_NAME,
@@ -324,3 +325,77 @@ async def test_prompt_buttons_go_when_approve_all_answers_them_or_the_run_ends(
         await wait_sent(fake, ADA, "colour?")
         assert await post(app.port, update(730001603, chat, ADA, "/stop")) == 200
         await wait_until(lambda: bool(settled("Expired")), 15, "the question's buttons gone")
+
+
+OLD_GROUP = -4001234567
+NEW_SUPERGROUP = -1004001234567
+
+
+async def test_an_answer_to_a_group_upgraded_meanwhile_goes_to_the_supergroup(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """A basic group upgraded to a supergroup while its run works (an admin turns on topics,
+    a public link, ...): every call to the old id is refused with ``migrate_to_chat_id``
+    (PTB's ChatMigrated). It was mapped to a permanent failure, so the answer was recorded
+    as failed and never posted, though Telegram said where it goes. Now the call is made
+    again in the supergroup, and the thread's later calls go there directly."""
+    migrated = {
+        "ok": False,
+        "error_code": 400,
+        "description": "Bad Request: group chat was upgraded to a supergroup chat",
+        "parameters": {"migrate_to_chat_id": NEW_SUPERGROUP},
+    }
+    methods = ("sendMessage", "editMessageText", "sendChatAction", "sendPhoto", "sendDocument")
+    for method in methods:
+        for _ in range(20):
+            fake.failures.append(
+                Failure(method, 400, migrated, lambda p: int(p["chat_id"]) == OLD_GROUP)
+            )
+    chat = {"id": OLD_GROUP, "type": "group", "title": "Old group"}
+    async with running_gateway(env) as (app, _client):
+        # 6 s: the bubble is edited and typing renewed while the run works
+        assert (
+            await post(app.port, mention(730300001, chat, ADA, "!delay 6 !artifact plot.png"))
+            == 200
+        )
+
+        def settled() -> bool:
+            failed = sample(app, "jazz_bridge_replies_total", surface="telegram", result="failed")
+            return failed > 0 or bool(sent_to(fake, NEW_SUPERGROUP, "sendPhoto"))
+
+        await wait_until(settled, 30, "the answer and its file sent or given up")
+        assert texts(fake, NEW_SUPERGROUP, NOT_AN_AI), seen(fake)
+        assert sent_to(fake, NEW_SUPERGROUP, "sendChatAction")
+        edits = [c for c in fake.called("editMessageText") if c.params["chat_id"] == NEW_SUPERGROUP]
+        assert edits, seen(fake)
+        # the move is remembered: the old id was tried only by calls already under way
+        old = to_chat(fake, OLD_GROUP)
+        assert {c.status for c in old} == {400} and len(old) <= 2, seen(fake)
+
+
+async def test_a_press_is_answered_before_the_pressed_message_is_edited(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """The button spins until its callback query is answered; the pressed message's edit
+    waits for the chat's pace (seconds in a group) and may be slow. The answer used to be
+    sent only after that edit: here the fake Bot API holds an edit of the question until
+    the press is answered (bounded), and counts one that came before the answer."""
+    chat = private_chat(ADA)
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, update(730001700, chat, ADA, "!ask colour?")) == 200
+        (prompt,) = await wait_sent(fake, ADA, "colour?")
+        prompt_id = int(prompt.result["message_id"])
+        gate = fake.gate(
+            "editMessageText",
+            after="answerCallbackQuery",
+            timeout_s=3,  # under PTB's 5 s read timeout: the old order fails, never hangs
+            when=lambda p: int(p["message_id"]) == prompt_id,
+        )
+        blue = buttons(prompt)["Blue"]
+        assert await post(app.port, press(730001701, ADA, chat, blue, prompt_id)) == 200
+        await wait_sent(fake, ADA, "you answered: blue")
+        (answer,) = fake.called("answerCallbackQuery")
+        assert answer.params["text"] == "Answered by Ada: blue"
+        edits = [c for c in fake.called("editMessageText") if c.params["message_id"] == prompt_id]
+        assert edits and edits[0].params["text"] == "Answered by Ada: blue"
+        assert gate.early == 0, seen(fake)

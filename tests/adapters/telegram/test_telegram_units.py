@@ -103,6 +103,23 @@ def test_allowlist_by_user_id_username_or_chat() -> None:
     assert isinstance(ok, Inbound) and ok.text == "go"
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("@jazz_example_bot go", "go"),
+        ("hey @Jazz_Example_Bot  can you", "hey can you"),
+        ("fix this  @jazz_example_bot  ", "fix this"),
+        ("x @jazz_example_bot\nnext", "x\nnext"),
+        ("@jazz_example_bot\n    def f():\n\treturn 1", "    def f():\n\treturn 1"),
+        ("look:\n@jazz_example_bot  a  b\n    c  ", "look:\na  b\n    c  "),
+        ("  a  b\n    c  ", "  a  b\n    c  "),  # no mention: the text as written
+        ("mail@jazz_example_bot ok", "mail@jazz_example_bot ok"),  # not a mention
+    ],
+)
+def test_only_the_gap_a_removed_mention_leaves_is_tidied(text: str, expected: str) -> None:
+    assert convert.without_mentions(text, RULES.bot_username) == expected
+
+
 def test_the_largest_photo_and_other_media_become_attachments() -> None:
     photos = [
         {"file_id": "small", "file_unique_id": "s", "width": 90, "height": 90, "file_size": 10},
