@@ -460,7 +460,10 @@ class SlackAdapter:
             return None
         found = await self._command_conversation(team, channel, body)
         if found is None:
-            await ack("No conversation in this channel yet: mention me to start one.")
+            await ack(
+                "No conversation here yet: mention me in a channel, or message me directly, "
+                "to start one."
+            )
             return None
         key, target = found
         inbound = Inbound(
@@ -485,9 +488,14 @@ class SlackAdapter:
     async def _command_conversation(
         self, team: str, channel: str, body: dict[str, Any]
     ) -> tuple[str, dict[str, Any]] | None:
-        """A DM's own conversation, or the channel's most recently active thread."""
+        """A DM's own conversation, or the channel's most recently active thread; None when
+        there is none yet. Only a DM with the bot has one (the bot hears only its own DMs):
+        in a DM between two people ``/jazz`` still reaches the app, but a reply posted
+        there would be refused (the bot is not in it) and the answer lost."""
         if _is_dm(channel, body.get("channel_name")):
             key = f"slack:{team}:{channel}"
+            if await self.ctx.store.conversation_by_key(key) is None:
+                return None
             return key, {"team": team, "channel": channel, "thread_ts": None}
         prefix = f"slack:{team}:{channel}:"
         latest = await self.ctx.store.latest_conversation(prefix)

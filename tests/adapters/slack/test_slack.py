@@ -561,7 +561,14 @@ async def test_jazz_slash_command_acts_on_the_channel_or_dm(
         assert status == 200 and "thread" in text
         (answer,) = await wait_post(fake, "Idle")
         assert answer.args["thread_ts"] == MENTION_TS and answer.args["channel"] == CHANNEL
-        status, _ = await slash("new", channel=DM, n=3)
+        # a DM the bot has no conversation in (one between two people: a reply posted
+        # there would be refused) is told so, and nothing is posted there
+        status, text = await slash("new", channel=DM, n=3)
+        assert status == 200 and "No conversation" in text
+        assert not [c for c in fake.calls if c.args.get("channel") == DM]
+        assert await event(app.port, vector("direct_message")) == 200
+        await wait_post(fake, "deploy config", channel=DM)
+        status, _ = await slash("new", channel=DM, n=4)
         assert status == 200
         (fresh,) = await wait_post(fake, "fresh conversation", channel=DM)
         assert "thread_ts" not in fresh.args
