@@ -71,6 +71,7 @@ class TelegramAdapter:
         self._surface = TelegramSurface(self.bot, min_interval_s=s.min_send_interval_s)
         self.rules: convert.Rules | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._registrar: asyncio.Task[None] | None = None  # setWebhook again after a failure
         self._offset_writer: asyncio.Task[None] | None = None
         self._offset_due: int | None = None
         self._initialized = False
@@ -114,21 +115,43 @@ class TelegramAdapter:
     async def start(self) -> None:
         await self._sync_commands()
         if self.mode == "webhook":
-            if self.settings.webhook_url:
-                try:
-                    await self.bot.set_webhook(
-                        url=self.settings.webhook_url,
-                        secret_token=self._secret.decode() if self._secret else None,
-                        allowed_updates=ALLOWED_UPDATES,
-                    )
-                except TelegramError as exc:
-                    self._error = f"setWebhook failed: {exc}"
-                    log.error("telegram: %s", self._error)
+            self._stopping = False
+            self._stopped.clear()
+            if self.settings.webhook_url and not await self._set_webhook():
+                # until it is set Telegram delivers nothing: tried again, the error in /healthz
+                self._registrar = asyncio.create_task(
+                    self._register_webhook(), name="telegram-set-webhook"
+                )
             return
         await self._delete_webhook()  # failed: the poll loop deletes it at getUpdates' 409
         self._stopping = False
         self._stopped.clear()
         self._poller = asyncio.create_task(self._poll(), name="telegram-polling")
+
+    async def _set_webhook(self) -> bool:
+        """Register the webhook; whether it is (the failure noted for /healthz)."""
+        assert self.settings.webhook_url is not None
+        try:
+            await self.bot.set_webhook(
+                url=self.settings.webhook_url,
+                secret_token=self._secret.decode() if self._secret else None,
+                allowed_updates=ALLOWED_UPDATES,
+            )
+        except (TelegramError, OSError) as exc:
+            self._error = f"setWebhook failed: {exc}"
+            log.error("telegram: %s", self._error)
+            return False
+        self._error = None
+        return True
+
+    async def _register_webhook(self) -> None:
+        backoff = 1.0
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):  # a pace, ended early by stop()
+                await asyncio.wait_for(self._stopped.wait(), backoff)
+            if self._stopping or await self._set_webhook():
+                return
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     async def _delete_webhook(self) -> None:
         """getUpdates is refused (409 Conflict) while a webhook is set: remove it."""
@@ -142,6 +165,10 @@ class TelegramAdapter:
     async def stop(self) -> None:
         self._stopping = True
         self._stopped.set()
+        if self._registrar is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._registrar
+            self._registrar = None
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -45,6 +45,20 @@ pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecatio
 # -- intake ------------------------------------------------------------------------------------
 
 
+async def test_a_webhook_telegram_refused_at_start_is_set_again(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """setWebhook failed at start (a 5xx): until it is set Telegram delivers nothing, so it
+    is tried again (the failure in /healthz meanwhile) instead of waiting for a restart."""
+    fake.fail("setWebhook", "5xx")
+    async with running_gateway(env) as (app, _client):
+        await wait_until(lambda: bool(fake.webhook_url), 15, "the webhook set on a later try")
+        assert fake.called("setWebhook", ok=False)
+        assert fake.webhook_url == env["JAZZ_BRIDGE_TELEGRAM__WEBHOOK_URL"]
+        (telegram,) = [a for a in app.adapters if a.name == "telegram"]
+        assert telegram.health() is None
+
+
 async def test_webhook_refuses_a_wrong_or_missing_secret_and_bad_json(
     env: dict[str, str], fake: FakeBotApi
 ) -> None:
