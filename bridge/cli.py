@@ -115,17 +115,24 @@ def _bind_problem(exc: OSError, host: str, port: int) -> str | None:
     return None
 
 
+def _unresolvable(host: str, exc: Exception) -> str:
+    return (
+        f"server.host {host!r} is no address this machine can listen on ({exc}): fix "
+        "server.host (JAZZ_BRIDGE_SERVER__HOST), e.g. 127.0.0.1 or 0.0.0.0"
+    )
+
+
 def _check_address(host: str, port: int) -> None:
     """Refuse an address already taken before anything is made (a new root included); the
     server binds it again, as asyncio does (SO_REUSEADDR, IPv6 only on v6 sockets)."""
-    if port == 0:
-        return
     try:
         found = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
-    except (socket.gaierror, UnicodeError):
-        return  # the server names it
+    except (socket.gaierror, UnicodeError) as exc:
+        raise BridgeError(_unresolvable(host, exc)) from None
+    if port == 0:
+        return  # any free port: nothing to probe
     for family, kind, proto, _name, address in found:
         try:
             probe = socket.socket(family, kind, proto)
@@ -165,6 +172,8 @@ def cmd_serve(
 
     try:
         asyncio.run(main())
+    except socket.gaierror as exc:  # an existing root: the server resolved it first
+        raise BridgeError(_unresolvable(host, exc)) from None
     except OSError as exc:  # taken meanwhile, or an address the probe could not tell
         # asyncio: "error while attempting to bind on address ...", the errno kept
         problem = _bind_problem(exc, host, port) if "bind" in str(exc) else None

@@ -20,7 +20,16 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    create_model,
+)
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -37,6 +46,27 @@ ENV_PREFIX = "JAZZ_BRIDGE_"
 CONFIG_ENV = "JAZZ_BRIDGE_CONFIG"
 DEFAULT_CONFIG_FILE = "jazz-bridge.toml"
 DEFAULT_ROOT = "jazz-bridge-home"
+
+
+def _not_blank_token(value: SecretStr) -> SecretStr:
+    if not value.get_secret_value().strip():
+        # an unset variable in an env or compose file: read as "no token" it would switch
+        # authentication off, so it is refused (leave the key out for "none")
+        raise ValueError("is empty: set a long random token, or leave the key out")
+    return value
+
+
+def _not_blank_path(value: Any) -> Any:
+    if isinstance(value, str) and not value.strip():
+        # Path("") is ".": the working directory would become the gateway's root
+        raise ValueError("is empty: name a directory, or leave the key out for the default")
+    return value
+
+
+# a bearer token people set by hand: never empty (SecretStr, printed masked)
+Token = Annotated[SecretStr, AfterValidator(_not_blank_token)]
+# a directory setting: never empty
+DirPath = Annotated[Path, BeforeValidator(_not_blank_path)]
 
 
 class Section(BaseModel):
@@ -94,7 +124,7 @@ class LogSettings(Section):
 
 
 class OpsSettings(Section):
-    token: SecretStr | None = None  # the operator web view at /ops is off without it
+    token: Token | None = None  # the operator web view at /ops is off without it
 
 
 class RetentionSettings(Section):
@@ -114,7 +144,7 @@ class CoreSettings(BaseSettings):
         case_sensitive=False,
     )
 
-    root: Path = Path(DEFAULT_ROOT)
+    root: DirPath = Path(DEFAULT_ROOT)
     operator_group: str | None = None
     isolation: Literal["auto", "on", "off"] = "auto"
     server: ServerSettings = ServerSettings()

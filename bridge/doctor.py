@@ -108,8 +108,8 @@ def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]
     isolated = resolve_isolation(settings.isolation) if settings.isolation != "on" else True
     accounts: dict[str, dict[str, object]] = {}
     try:
-        accounts = json.loads(layout.uid_map.read_text())["accounts"]
-    except (OSError, ValueError, KeyError):
+        accounts = _uid_map_entries(json.loads(layout.uid_map.read_text()))
+    except (OSError, ValueError):
         if isolated and layout.chats.exists() and any(layout.chats.iterdir()):
             checks.append(
                 Check(
@@ -389,3 +389,12 @@ async def platform_checks(
         for found in await asyncio.gather(*jobs)
         for c in found
     ]
+
+
+def _uid_map_entries(data: object) -> dict[str, dict[str, object]]:
+    """The uid map's entries (home name -> its account), or ValueError when the file is
+    JSON of another shape (a list, an entry that is not a table): reported, not a crash."""
+    accounts = data.get("accounts") if isinstance(data, dict) else None
+    if not isinstance(accounts, dict) or not all(isinstance(e, dict) for e in accounts.values()):
+        raise ValueError('not a uid map ({"accounts": {home: {...}}})')
+    return accounts

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict
 
-from bridge.config import CoreSettings
+from bridge.config import CoreSettings, Token
 from bridge.ports import Adapter, AdapterContext, AdapterSpec
 
 
@@ -15,7 +15,7 @@ class WebSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
-    token: SecretStr | None = None  # required when the server is bound beyond loopback
+    token: Token | None = None  # required when the server is bound beyond loopback
     operators: list[str] = []  # web user names that may /stop others' runs
 
 
