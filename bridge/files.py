@@ -77,8 +77,10 @@ def read_in_home(
 ) -> bytes:
     """Read a regular file that lies inside the home, following no link. Blocking.
 
-    Raises UnsafePathError when the path leaves the home, crosses a link, or is not a
-    regular file.
+    Raises UnsafePathError when the path leaves the home, crosses a link, is not a regular
+    file, or belongs to another account than the home's: a hard link planted in the home
+    (where the kernel lets anyone link a file they can name) would otherwise have the
+    gateway read, as root, a file the conversation itself cannot (its tokens, /etc/shadow).
     """
     home_real = os.path.realpath(home_path)
     target = path if os.path.isabs(path) else os.path.join(home_path, path)
@@ -109,6 +111,12 @@ def read_in_home(
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise UnsafePathError(f"artifact {path} is not a regular file")
+            owner = os.fstat(fds[0]).st_uid
+            if st.st_uid != owner:
+                raise UnsafePathError(
+                    f"artifact {path} belongs to uid {st.st_uid}, not to the conversation's "
+                    f"account (uid {owner}); it is not sent"
+                )
             if st.st_size > max_bytes:
                 raise UnsafePathError(
                     f"artifact {path} is {st.st_size} bytes, over the {max_bytes}-byte limit"

@@ -121,9 +121,18 @@ def _info(arcname: str, st: os.stat_result) -> tarfile.TarInfo:
 
 
 def _pack_dir(
-    tar: tarfile.TarFile, dir_fd: int, arcname: str, skipped: list[str], depth: int = 0
+    tar: tarfile.TarFile,
+    dir_fd: int,
+    arcname: str,
+    skipped: list[str],
+    depth: int = 0,
+    owner: int | None = None,
 ) -> int:
     """Add the entries of the directory ``dir_fd`` under ``arcname``; returns how many.
+
+    A hard link to another account's file (``owner``: the home's) is left out: the tarball
+    is the operators' to read, and the file was not (a root-only file the conversation
+    linked in where the kernel allows it). Its other name keeps the file.
 
     One open descriptor per level: a home nested deeper than :data:`MAX_PACK_DEPTH` is
     refused (ArchiveError) and stays where it is, rather than running out of stack.
@@ -148,7 +157,7 @@ def _pack_dir(
                 continue
             try:
                 tar.addfile(_dir_info(arc, child))
-                count += 1 + _pack_dir(tar, child, arc, skipped, depth + 1)
+                count += 1 + _pack_dir(tar, child, arc, skipped, depth + 1, owner)
             finally:
                 os.close(child)
         elif stat.S_ISREG(st.st_mode):
@@ -159,7 +168,9 @@ def _pack_dir(
                 continue
             with os.fdopen(fd, "rb") as fh:
                 fst = os.fstat(fd)
-                if not stat.S_ISREG(fst.st_mode):
+                if not stat.S_ISREG(fst.st_mode) or (
+                    owner is not None and fst.st_uid != owner and fst.st_nlink > 1
+                ):
                     skipped.append(arc)
                     continue
                 info = _info(arc, fst)
@@ -240,7 +251,8 @@ def archive_home(
                         pinned.opened_dir(home) as home_fd,
                     ):
                         tar.addfile(_dir_info(name, home_fd))
-                        members = 1 + _pack_dir(tar, home_fd, name, skipped)
+                        owner = os.fstat(home_fd).st_uid
+                        members = 1 + _pack_dir(tar, home_fd, name, skipped, owner=owner)
                     raw.flush()
                     os.fsync(raw.fileno())
                 os.replace(tmp, target)
