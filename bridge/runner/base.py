@@ -65,10 +65,14 @@ def finalize(
 ) -> RunResult:
     """What every backend does last: a run we ended says why (timeout, stop), not its echo.
 
-    A run that answered all the same keeps its answer: the contract's runner prints an
-    "interrupted" failure when it is stopped, so a success means it had finished (the stop
-    came as it exited) and the runner holds that exchange in its history already.
+    A run that answered all the same keeps its answer, whether a stop or the timeout ended
+    it: the contract's runner prints an "interrupted" failure when it is stopped, so a
+    success means it had finished (the stop came as it exited, or it was slow to exit after
+    answering) and the runner holds that exchange in its history already; dropping it would
+    leave the chat and that history apart. ``timed_out`` stays set on it for the logs.
     """
+    if result.ok:
+        return replace(result, timed_out=True) if timed_out else result
     if timed_out:
         return replace(
             result,

@@ -301,17 +301,43 @@ class CliRunHandle(RunHandle):
             yield event
 
     async def answer(self, frame: dict[str, Any]) -> None:
+        """Hand the answer to the runner's stdin; the person is no longer waited on.
+
+        The prompt stops pausing the clock as soon as the frame is in the pipe's buffer
+        (whether or not the runner ever reads it): nobody else will answer it, and a runner
+        that does not read its stdin (a prompt larger than the pipe still unread ahead of
+        the answer) must still meet its timeout. Waiting for the pipe to drain is bounded by
+        the kill grace so the engine is not held either; what is unwritten stays buffered.
+        """
         ident = frame.get(ANSWER_FRAMES.get(str(frame.get("type")), ""))
         data = (json.dumps(frame) + "\n").encode()
-        async with self._stdin_lock:
-            stdin = self.proc.stdin
-            if stdin is None or stdin.is_closing():
-                return
-            try:
-                stdin.write(data)
-                await stdin.drain()
-            except (BrokenPipeError, ConnectionResetError):
-                return
+        try:
+            async with self._stdin_lock:
+                stdin = self.proc.stdin
+                if stdin is None or stdin.is_closing():
+                    return
+                try:
+                    stdin.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+                self._answered(ident)
+                try:
+                    await asyncio.wait_for(stdin.drain(), timeout=self.grace)
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+                except TimeoutError:
+                    log.warning(
+                        "runner pid %d has not read its stdin for %.1fs; the answer to %s "
+                        "stays buffered",
+                        self.proc.pid,
+                        self.grace,
+                        ident,
+                    )
+        finally:
+            self._answered(ident)  # also when undeliverable: nobody is left to answer it
+
+    def _answered(self, ident: Any) -> None:
+        """The prompt ``ident`` no longer waits for a person: its time counts again."""
         if isinstance(ident, str):
             self._pending.discard(ident)
             self._resume()

@@ -48,6 +48,10 @@ STDERR_TAIL = 20
 UNREACHABLE_S = 30.0  # how long a daemon may stop answering mid-run before we give up
 STOP_GRACE_S = 10.0  # how long to wait for the daemon to confirm a cancel
 MAX_BACKOFF_S = 5.0
+ANSWER_ATTEMPTS = 3  # tries to deliver one answer when the daemon fails transiently
+ANSWER_BACKOFF_S = 0.25  # the pause before the first retry; doubled for each next one
+TRANSIENT_STATUSES = frozenset({429})  # and every 5xx: worth another try
+ANSWERED_ALREADY = 409  # on a retry: the earlier attempt landed, the item is not pending
 
 WAITING_STATES = frozenset({"input-required"})
 ACTIVE_STATES = frozenset(
@@ -247,12 +251,14 @@ class DaemonRunHandle(RunHandle):
         self._seen = 0  # how many of the run's events were forwarded
         self._surfaced: set[str] = set()  # prompt ids already emitted
         self._pending: set[str] = set()  # prompt ids emitted and not answered
+        self._unshown: set[str] = set()  # pending items no prompt is made of (logged once)
         self._tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._active_s = 0.0
         self._active_since: float | None = time.monotonic()
         self._stop_reason: str | None = None
         self._timed_out = False
         self._cancel_sent = False
+        self._refusal: str | None = None  # why the daemon would not take an answer
         self._stop_deadline: float | None = None
         self._wake = asyncio.Event()
         self._result: RunResult | None = None
@@ -309,10 +315,19 @@ class DaemonRunHandle(RunHandle):
                 self._apply(run)
                 # the reply to POST /runs may be a bare acknowledgement: only a poll ends a run
                 if run is not initial and _finished(run):
-                    return self._from_run(run)
+                    return self._ended(self._from_run(run))
             if self._stop_deadline is not None and time.monotonic() >= self._stop_deadline:
                 return self._unconfirmed()
-            if self._stop_reason is None and self.active_seconds() >= self.request.timeout_s:
+            if self._refusal is not None and not self._cancel_sent:
+                # parked on an answer that cannot land: cancel it, and poll on until the
+                # daemon confirms (one run at a time per conversation)
+                log.info("daemon run %s: its answer was refused; cancelling", self.run_id)
+                await self._cancel()
+            elif (
+                self._stop_reason is None
+                and not self._cancel_sent
+                and self.active_seconds() >= self.request.timeout_s
+            ):
                 log.info(
                     "daemon run %s: over its %gs timeout; cancelling",
                     self.run_id,
@@ -420,7 +435,7 @@ class DaemonRunHandle(RunHandle):
             for item in _pending_items(run.get("pending")):
                 prompt = _prompt_event(item)
                 if prompt is None:
-                    log.warning("daemon run %s: unrecognised pending item ignored", self.run_id)
+                    self._note_unshown(item)
                     continue
                 ident = prompt.data.get("toolCallId") or prompt.data.get("requestId")
                 if not isinstance(ident, str) or ident in self._surfaced:
@@ -428,10 +443,26 @@ class DaemonRunHandle(RunHandle):
                 self._surfaced.add(ident)
                 self._pending.add(ident)
                 self._events.put_nowait(prompt)
-        if run.get("state") in WAITING_STATES:
+        # Only a prompt a person was shown stops the clock: a run parked on an item nobody
+        # is asked (a file request) would otherwise wait, unanswerable, for ever.
+        if run.get("state") in WAITING_STATES and self._pending:
             self._pause()
         else:
             self._resume()
+
+    def _note_unshown(self, item: dict[str, Any]) -> None:
+        """Say once per item that the run waits on something no person is asked."""
+        kind = item.get("kind") or item.get("type")
+        key = f"{kind}:{item.get('requestId') or item.get('toolCallId') or item.get('id')}"
+        if key in self._unshown:
+            return
+        self._unshown.add(key)
+        note = (
+            f"the Jazz daemon waits on a {kind!s} request the gateway cannot show; "
+            "its timeout still runs"
+        )
+        log.warning("daemon run %s: %s", self.run_id, note)
+        self._tail.append(note[:500])
 
     # -- results ----------------------------------------------------------------------------
 
@@ -453,6 +484,21 @@ class DaemonRunHandle(RunHandle):
             "interrupted",
             f"the Jazz daemon did not confirm that run {self.run_id} was cancelled",
         )
+
+    def _ended(self, result: RunResult) -> RunResult:
+        """The result of a run that finished: the refused answer's failure says why it ended.
+
+        A success still wins (the daemon finished the run anyway and saved it in history).
+        """
+        if self._refusal is not None and not result.ok:
+            return RunResult(  # its reason is in the tail already (answer() put it there)
+                ok=False,
+                code="answer_refused",
+                error=self._refusal,
+                duration_ms=self._duration_ms(),
+                stderr_tail=list(self._tail),
+            )
+        return result
 
     def _from_run(self, run: dict[str, Any]) -> RunResult:
         state = run.get("state")
@@ -541,38 +587,78 @@ class DaemonRunHandle(RunHandle):
         else:
             log.warning("daemon run %s: unknown answer frame %r ignored", self.run_id, kind)
             return
-        problem: str | None = None
-        try:
-            status, _ = await self.runner.request(
-                "POST", f"{self.path}/answer", body=body, operator=operator
-            )
-        except NETWORK_ERRORS as exc:
-            problem = f"could not reach the Jazz daemon at {self.runner.url} ({describe(exc)})"
-        except DaemonProtocolError as exc:
-            problem = f"the Jazz daemon sent an unusable reply ({exc})"
-        else:
-            if status >= 300:
-                # the body is not shown: a daemon could echo the answer (a secret) back
-                hint = ""
-                if status in (401, 403):
-                    hint = (
-                        "; check runner.daemon_operator_token"
-                        if operator
-                        else "; check runner.daemon_token"
-                    )
-                problem = f"the Jazz daemon refused the answer (HTTP {status}){hint}"
-        if problem is not None:
-            log.error("daemon run %s: answer to %s not delivered: %s", self.run_id, ident, problem)
-            self._tail.append(problem[:500])
-            self._events.put_nowait(
-                RunnerEvent(type="error", data={"type": "error", "message": problem})
-            )
-            return
+        # The person has answered: their prompt no longer stops the clock, delivered or not.
         if isinstance(ident, str):
             self._pending.discard(ident)
         if not self._pending:
             self._resume()
+        problem = await self._deliver(body, operator=operator)
+        if self._done.is_set():
+            return  # the run ended meanwhile (a stop, its timeout): nothing is waiting on it
+        if problem is not None:
+            log.error("daemon run %s: answer to %s not delivered: %s", self.run_id, ident, problem)
+            self._events.put_nowait(
+                RunnerEvent(type="error", data={"type": "error", "message": problem})
+            )
+            self._tail.append(problem[:500])
+            if self._refusal is None:  # nobody is left to answer it: the run ends, saying why
+                self._refusal = problem
         self._wake.set()
+
+    async def _deliver(self, body: dict[str, Any], *, operator: bool) -> str | None:
+        """POST one answer, retrying transient failures; ``None`` once delivered, else why not.
+
+        A 5xx, a 429 or a network failure is tried again (``ANSWER_ATTEMPTS`` in all, with a
+        doubling pause); any other refusal is final. The reason never carries the daemon's
+        body: a daemon could echo the answer (a secret) back.
+        """
+        delay = ANSWER_BACKOFF_S
+        problem = ""
+        for attempt in range(1, ANSWER_ATTEMPTS + 1):
+            if attempt > 1:
+                if self._done.is_set():
+                    break
+                log.warning(
+                    "daemon run %s: answer not delivered (%s); try %d of %d in %.2fs",
+                    self.run_id,
+                    problem,
+                    attempt,
+                    ANSWER_ATTEMPTS,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+            try:
+                status, _ = await self.runner.request(
+                    "POST", f"{self.path}/answer", body=body, operator=operator
+                )
+            except NETWORK_ERRORS as exc:
+                problem = f"could not reach the Jazz daemon at {self.runner.url} ({describe(exc)})"
+                continue
+            except DaemonProtocolError as exc:
+                problem = f"the Jazz daemon sent an unusable reply ({exc})"
+                continue
+            if status < 300 or (attempt > 1 and status == ANSWERED_ALREADY):
+                return None
+            problem = (
+                f"the Jazz daemon refused the answer (HTTP {status}){self._hint(status, operator)}"
+            )
+            if status < 500 and status not in TRANSIENT_STATUSES:
+                return problem
+        return f"{problem}; gave up after {ANSWER_ATTEMPTS} tries"
+
+    def _hint(self, status: int, operator: bool) -> str:
+        """What to check when the daemon refuses an answer for its credentials."""
+        if status == 401 or (status == 403 and not operator):
+            return "; check runner.daemon_token"
+        if status != 403:
+            return ""
+        if self.runner.settings.daemon_operator_token is None:
+            return (
+                "; approving or answering needs the daemon's operator token: set "
+                "runner.daemon_operator_token (JAZZ_BRIDGE_RUNNER__DAEMON_OPERATOR_TOKEN)"
+            )
+        return "; check runner.daemon_operator_token"
 
     async def _cancel(self) -> None:
         if self._cancel_sent:

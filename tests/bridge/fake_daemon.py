@@ -76,6 +76,7 @@ class FakeDaemon:
         self._polled = asyncio.Condition()
         self.cancel_route = True
         self.start_status: int | None = None
+        self.answer_failures: list[int] = []  # statuses the next answers get, not applied
         self.on_create: Callable[[FakeRun], None] = lambda run: None
         self.on_answer: Callable[[FakeRun, dict[str, Any]], None] = _resume_and_succeed
         self.url = ""
@@ -130,6 +131,9 @@ class FakeDaemon:
         run = self.runs[request.match_info["id"]]
         body = request[BODY]
         self.answers.append(self.seen[-1])
+        if self.answer_failures:
+            status = self.answer_failures.pop(0)
+            return web.json_response({"error": "daemon is sad"}, status=status)
         needs_operator = body.get("approved") is True or "response" in body or "secret" in body
         if needs_operator and request.headers.get("X-Jazz-Operator-Token") != OPERATOR:
             return web.json_response({"error": "operator token required"}, status=403)

@@ -135,3 +135,72 @@ async def test_an_approval_the_runner_settles_itself_lets_the_timeout_run_again(
         assert result.timed_out, result
     finally:
         await r.close()
+
+
+APPROVE_WITHOUT_READING_STDIN = """
+# never reads stdin (not even the prompt), asks for an approval, then hangs
+sys.stderr.write(json.dumps({"type": "approval_required", "toolCallId": "a1"}) + "\\n")
+sys.stderr.flush()
+time.sleep(120)
+"""
+
+
+async def test_an_answer_to_a_runner_that_never_reads_stdin_does_not_hang_the_run(
+    tmp_path: Path,
+) -> None:
+    """A prompt bigger than the pipe, a runner that never reads stdin and asks a person:
+    the person's answer must not block the engine, and the timeout must run again once the
+    person has answered (not stay paused for ever)."""
+    r = runner(tmp_path, APPROVE_WITHOUT_READING_STDIN)
+    try:
+        handle = await start(tmp_path, r, prompt="x" * 1_000_000, timeout_s=0.5)
+        answers: list[asyncio.Task[None]] = []
+
+        async def consume() -> None:
+            async for event in handle.events():
+                if event.type == "approval_required":
+                    frame = {"type": "approval_decision", "toolCallId": "a1", "approved": True}
+                    answers.append(asyncio.create_task(handle.answer(frame)))
+
+        consumer = asyncio.create_task(consume())
+        try:
+            result = await asyncio.wait_for(handle.wait(), BOUND_S)
+        finally:
+            if handle.proc.returncode is None:
+                await handle.stop("test cleanup")
+            await asyncio.wait_for(consumer, BOUND_S)
+            await asyncio.wait_for(asyncio.gather(*answers), BOUND_S)
+            await asyncio.wait_for(handle.settled(), BOUND_S)
+        assert answers, "the person was asked"
+        assert result.timed_out and not result.ok, result
+    finally:
+        await r.close()
+
+
+ANSWER_THEN_LINGER = """
+sys.stdin.readline()
+envelope = {"ok": True, "answer": "the answer", "costUSD": 0.5, "costKnown": True,
+            "tokenUsage": {"promptTokens": 1, "completionTokens": 1, "totalTokens": 2},
+            "toolCalls": [], "artifacts": []}
+sys.stdout.write(json.dumps(envelope) + "\\n")
+sys.stdout.flush()
+time.sleep(60)  # slow to exit after answering (a history save, a hung provider socket)
+"""
+
+
+async def test_an_answer_printed_in_time_is_not_replaced_by_a_timeout(tmp_path: Path) -> None:
+    """The runner printed its success envelope well within the timeout and was then slow to
+    exit; the backstop ends it. The answer (and its spend) is the run's result, as it is for
+    a /stop that comes as the runner exits (``finalize``'s own rule): the runner has that
+    exchange in its history, so dropping it leaves the chat and the history apart."""
+    r = runner(tmp_path, ANSWER_THEN_LINGER)
+    try:
+        handle = await start(tmp_path, r, timeout_s=0.5)
+        result = await asyncio.wait_for(handle.wait(), BOUND_S)
+        await asyncio.wait_for(handle.settled(), BOUND_S)
+        assert result.ok and result.answer == "the answer", result
+        assert result.cost_usd == 0.5
+        assert result.timed_out  # the backstop ended it: the logs still say so
+        assert handle.proc.returncode is not None  # and the lingering runner was killed
+    finally:
+        await r.close()

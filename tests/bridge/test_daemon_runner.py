@@ -439,3 +439,94 @@ async def test_daemon_lost_mid_run_is_daemon_unreachable(
     assert not result.ok and result.code == "daemon_unreachable"
     assert f"{host}:{port}" in (result.error or "")
     assert TOKEN not in (result.error or "")
+
+
+def park_on(pending: dict[str, Any]) -> Callable[[FakeRun], None]:
+    """A daemon run that parks at once, waiting on ``pending``."""
+
+    def park(run: FakeRun) -> None:
+        run.state = "input-required"
+        run.pending = pending
+
+    return park
+
+
+def approve(handle: RunHandle) -> Callable[[RunnerEvent], Any]:
+    """Answer the approval prompt ``tc-1`` with an approval, as a person in the chat would."""
+
+    async def on_event(event: RunnerEvent) -> None:
+        if event.type == "approval_required":
+            await handle.answer(
+                {"type": "approval_decision", "toolCallId": "tc-1", "approved": True}
+            )
+
+    return on_event
+
+
+async def test_a_daemon_run_waiting_on_a_prompt_nobody_is_shown_still_times_out(
+    daemon: FakeDaemon, backend: DaemonRunner, tmp_path: Path
+) -> None:
+    """The daemon parks the run (``input-required``) on a pending item the backend does not
+    turn into a prompt (a file request: the contract's ``{"filePath": ...}`` answer). No
+    person is asked, so nobody can ever answer it; the timeout must still end the run
+    instead of the run being polled for ever with its clock paused."""
+    daemon.on_create = park_on({"kind": "file", "requestId": "f-1", "message": "Pick a file"})
+    handle = await backend.start(make_request(tmp_path, timeout_s=0.3))
+    try:
+        events, result = await collect(handle)
+    finally:
+        await asyncio.wait_for(handle.stop("test cleanup"), WAIT)
+    assert not any(e.type.endswith("_required") for e in events)  # nobody was asked
+    assert not result.ok and result.timed_out, result
+    assert any("file request" in line for line in result.stderr_tail)  # the logs say why
+
+
+async def test_a_daemon_run_whose_answer_was_refused_is_not_polled_for_ever(
+    daemon: FakeDaemon, tmp_path: Path
+) -> None:
+    """The person approves; the daemon refuses the answer (no operator token configured:
+    HTTP 403). The engine has consumed the person's answer (the prompt is settled), so
+    nobody is left to answer: the run must end (its timeout, or a failure naming the
+    refusal), not stay parked with its clock paused, polled for ever."""
+    daemon.on_create = park_on({"kind": "approval", "toolCallId": "tc-1", "toolName": "bash"})
+    runner = DaemonRunner(settings(daemon.url, daemon_operator_token=None), stop_grace_s=1.0)
+    try:
+        handle = await runner.start(make_request(tmp_path, timeout_s=30))
+        try:
+            events, result = await collect(handle, approve(handle))
+        finally:
+            await asyncio.wait_for(handle.stop("test cleanup"), WAIT)
+    finally:
+        await runner.close()
+    assert len(daemon.answers) == 1, "a refusal is not tried again"
+    assert any(e.type == "error" for e in events)  # the refusal was told
+    assert not result.ok and result.code == "answer_refused", result
+    assert "HTTP 403" in (result.error or "")
+    assert "runner.daemon_operator_token" in (result.error or "")
+    assert daemon.cancelled.is_set()  # not left parked on the daemon
+
+
+async def test_an_answer_the_daemon_fails_for_a_moment_is_tried_again(
+    daemon: FakeDaemon, backend: DaemonRunner, tmp_path: Path
+) -> None:
+    """A 503 and a 429 are passing: the answer is sent again and the run goes on."""
+    daemon.on_create = park_on({"kind": "approval", "toolCallId": "tc-1", "toolName": "bash"})
+    daemon.answer_failures = [503, 429]
+    handle = await backend.start(make_request(tmp_path))
+    events, result = await collect(handle, approve(handle))
+    assert len(daemon.answers) == 3
+    assert not any(e.type == "error" for e in events)
+    assert result.ok and result.answer == SUCCESS["answer"], result
+
+
+async def test_an_answer_the_daemon_keeps_failing_ends_the_run(
+    daemon: FakeDaemon, backend: DaemonRunner, tmp_path: Path
+) -> None:
+    """Retries are bounded: a daemon that keeps failing the answer ends the run, saying so."""
+    daemon.on_create = park_on({"kind": "approval", "toolCallId": "tc-1", "toolName": "bash"})
+    daemon.answer_failures = [500] * 10
+    handle = await backend.start(make_request(tmp_path))
+    _, result = await collect(handle, approve(handle))
+    assert 1 < len(daemon.answers) < 10
+    assert not result.ok and result.code == "answer_refused", result
+    assert "HTTP 500" in (result.error or "") and "gave up" in (result.error or "")
