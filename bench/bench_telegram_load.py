@@ -75,14 +75,14 @@ class TimedBotApi(FakeBotApi):
         super().__init__(token)
         self.handed: dict[int, float] = {}
         self.answered: dict[int, list[float]] = {}  # chat -> when each answer arrived
-        self._answer = asyncio.Event()
+        self._an_answer = asyncio.Event()
 
     def _m_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
         result = super()._m_sendMessage(params)
         if str(params.get("text", "")).startswith("ok: "):
             chat = int(params["chat_id"])
             self.answered.setdefault(chat, []).append(time.monotonic())
-            self._answer.set()
+            self._an_answer.set()
         return result
 
     def answers(self, chat: int) -> int:
@@ -99,9 +99,9 @@ class TimedBotApi(FakeBotApi):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
-            self._answer.clear()
+            self._an_answer.clear()
             try:
-                await asyncio.wait_for(self._answer.wait(), timeout=min(left, 1.0))
+                await asyncio.wait_for(self._an_answer.wait(), timeout=min(left, 1.0))
             except TimeoutError:
                 pass  # re-check the gateway and the deadline
 
