@@ -75,6 +75,10 @@ INTERRUPTED_TEXT = (
     "restarted). Please send it again."
 )
 RUN_OVER_TOAST = "This run has already ended."
+ENDED_PROMPT_TEXT = (
+    "The question this answered ended when the gateway restarted, so nothing was passed on "
+    "to the agent. If it was a new message, send it again."
+)
 RUN_OVER_TEXT = "⏹️ This run has ended."  # a bubble pressed after its run (its Stop gone)
 CLOSED_BUBBLES_KEPT = 4096  # Stop tokens of bubbles this process turned into summaries
 DOWNLOAD_TRIES = 4  # a file the platform refused for a while (429, 5xx, a reset): tries in all
@@ -182,6 +186,13 @@ class Engine:
             secret = secrets.token_hex(16)
             await self.store.set_kv("run-tag-secret", secret)
         self._tag_secret = bytes.fromhex(secret)
+        # messages left accepted, and the prompts still waiting when the gateway stopped:
+        # one of those messages may be the answer to such a prompt (a secret, typed)
+        accepted = await self.store.messages_in_state(InboxState.ACCEPTED)
+        waiting = {
+            cid: await self.store.pending_prompts(cid)
+            for cid in {msg.conversation_id for msg in accepted}
+        }
         expired = await self.store.expire_prompts(None)
         if expired:
             log.info("expired %d prompt(s) left from before the restart", expired)
@@ -217,12 +228,25 @@ class Engine:
             # Those left from before go first in each conversation (the deliverer keeps
             # a conversation's replies in order of arrival).
             self._spawn(self._recover_delivery(pending, interrupted), "recover-delivery")
-        accepted = await self.store.messages_in_state(InboxState.ACCEPTED)
         for msg in accepted:  # admitted before the stop: no queue limit applies again
+            prompt = _answered_prompt(msg, waiting.get(msg.conversation_id, []))
+            if prompt is not None:
+                self._spawn(self._answer_to_an_ended_prompt(msg, prompt), f"ended-{msg.id}")
+                continue
             self._dispatch(msg, admitted=True)
         if accepted:
             log.info("requeued %d message(s) accepted before the restart", len(accepted))
         self.started = True
+
+    async def _answer_to_an_ended_prompt(self, msg: MessageRecord, prompt: PromptRecord) -> None:
+        """A typed answer the gateway stopped before passing on: its prompt's run is over,
+        so it is not run as a new message (a typed secret would have gone to the agent as a
+        prompt); a secret is redacted, and the person told to send it again if it was new."""
+        if prompt.kind == "secret":
+            await self._retry.run(
+                functools.partial(self.store.redact_message, msg.id), f"redacting {msg.id}"
+            )
+        await self._finish_message(msg, InboxState.DONE, "choice", ENDED_PROMPT_TEXT)
 
     async def _kill_account_leftovers(self, registry: AccountRegistry) -> None:
         try:
@@ -1133,6 +1157,20 @@ class Engine:
         """
         record = functools.partial(self.store.finish_run, run.run_id, outcome, state, replies)
         return await self._retry.run(record, f"run {run.run_id} of {run.message.thread_key}")
+
+
+def _answered_prompt(msg: MessageRecord, prompts: list[PromptRecord]) -> PromptRecord | None:
+    """The prompt (pending when the gateway stopped) that ``msg`` was typed to answer, by the
+    rule the running gateway applies (:meth:`Engine._answers_prompt`), or None."""
+    if msg.is_command:
+        return None
+    for prompt in prompts:  # oldest first, as they were answered
+        if prompt.requester != msg.sender_id or prompt.created_at > msg.received_at:
+            continue
+        if prompt.kind in ("input", "secret") or msg.text.strip().isdigit():
+            return prompt
+        return None
+    return None
 
 
 def _remember(kept: OrderedDict[int, Any], key: int, value: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
 
 from bridge.model import Inbound, InboxState
+from bridge.store import PromptRecord, SqliteStore
+from provisioning import naming
 
 KEY = "plain:room"
 
@@ -203,3 +206,49 @@ async def test_stop_sent_while_the_run_waits_for_a_slot_stops_it_as_it_starts(
             "b1's run stopped as it started",
         )
         assert not any(t.startswith("fake answer to: message b1") for t in surface.texts())
+
+
+async def test_a_typed_secret_the_gateway_stopped_before_passing_on_is_not_run(
+    env: dict[str, str], fake_dir: Path
+) -> None:
+    """The gateway stopped (a crash) with a run waiting on a secret and the person's typed
+    answer accepted but not yet passed on. At the next start that run is over: the answer
+    must not run as a new message (the secret would go to the agent as its prompt); it is
+    redacted and the person told."""
+    async with running_gateway(env, {"plain": plain_surface.SPEC}):
+        pass  # the root and its store
+    store = SqliteStore(database(env))
+    await store.open()
+    try:
+        home = naming.home_name(KEY)
+        ask, _ = await store.accept(inbound("q1", "log in for me"), home=home, is_command=False)
+        run = await store.begin_run(ask.id, "u1")
+        assert run is not None
+        await store.add_prompts(
+            [
+                PromptRecord(
+                    token="SeCrEtPrOmPtToKeN",
+                    run_id=run.id,
+                    conversation_id=ask.conversation_id,
+                    requester="u1",
+                    kind="secret",
+                    request_id="r1",
+                    created_at=time.time(),
+                )
+            ]
+        )
+        typed, _ = await store.accept(inbound("q2", "hunter2-pass"), home=home, is_command=False)
+    finally:
+        await store.close()
+    async with running_gateway(env, {"plain": plain_surface.SPEC}) as (app, _):
+        surface = plain_surface.INSTANCES[-1].surface
+        await wait_until(
+            lambda: any("ended when the gateway restarted" in t for t in surface.texts()),
+            20,
+            "the typed answer told its question ended",
+        )
+        assert app.store is not None
+        record = await app.store.get_message(typed.id)
+        assert record is not None and record.state is InboxState.DONE
+        assert record.text == "[redacted]"
+    assert not starts(fake_dir)  # nothing ran: not the interrupted run, not the secret
