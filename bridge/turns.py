@@ -189,10 +189,9 @@ class Engine:
         # messages left accepted, and the prompts still waiting when the gateway stopped:
         # one of those messages may be the answer to such a prompt (a secret, typed)
         accepted = await self.store.messages_in_state(InboxState.ACCEPTED)
-        waiting = {
-            cid: await self.store.pending_prompts(cid)
-            for cid in {msg.conversation_id for msg in accepted}
-        }
+        waiting: dict[int, list[PromptRecord]] = {}
+        for left in await self.store.pending_prompts(None) if accepted else []:
+            waiting.setdefault(left.conversation_id, []).append(left)
         expired = await self.store.expire_prompts(None)
         if expired:
             log.info("expired %d prompt(s) left from before the restart", expired)

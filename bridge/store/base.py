@@ -322,7 +322,9 @@ class Store(abc.ABC):
         """pending -> expired for one run (or all runs, at start); returns how many."""
 
     @abc.abstractmethod
-    async def pending_prompts(self, conversation_id: int) -> list[PromptRecord]: ...
+    async def pending_prompts(self, conversation_id: int | None) -> list[PromptRecord]:
+        """Prompts still waiting for a person, oldest first: one conversation's, or (None)
+        every conversation's in one read (the start looks at them all)."""
 
     # -- small adapter state ----------------------------------------------------------------
     @abc.abstractmethod

@@ -1182,13 +1182,18 @@ class SqliteStore(Store):
 
         return await self._tx(work)
 
-    async def pending_prompts(self, conversation_id: int) -> list[PromptRecord]:
+    async def pending_prompts(self, conversation_id: int | None) -> list[PromptRecord]:
         def work(conn: sqlite3.Connection) -> list[PromptRecord]:
-            rows = conn.execute(
-                "SELECT * FROM prompts WHERE conversation_id = ? AND state = 'pending'"
-                " ORDER BY created_at, rowid",
-                (conversation_id,),
-            ).fetchall()
+            if conversation_id is None:
+                rows = conn.execute(
+                    "SELECT * FROM prompts WHERE state = 'pending' ORDER BY created_at, rowid"
+                ).fetchall()
+            else:  # the (conversation_id, state) index
+                rows = conn.execute(
+                    "SELECT * FROM prompts WHERE conversation_id = ? AND state = 'pending'"
+                    " ORDER BY created_at, rowid",
+                    (conversation_id,),
+                ).fetchall()
             return [self._prompt(r) for r in rows]
 
         return await self._call(work)

@@ -406,6 +406,7 @@ async def test_prompts_resolve_once_and_expire(store: SqliteStore) -> None:
     assert got is not None and got.state == "pending" and got.payload == {"tool": "bash"}
     assert got.created_at > 0
     assert [p.token for p in await store.pending_prompts(cid)] == ["t1", "t2", "t3"]
+    assert [p.token for p in await store.pending_prompts(None)] == ["t1", "t2", "t3"]
 
     first, second = await asyncio.gather(
         store.resolve_prompt("t1", {"approved": True}),
