@@ -37,19 +37,15 @@ def build_app(
 ) -> web.Application:
 
     @web.middleware
-    async def count_too_big(request: web.Request, handler: Handler) -> web.StreamResponse:
-        """A body over ``max_body_bytes`` is refused (413) by aiohttp; count it per platform."""
+    async def refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """A body over ``max_body_bytes`` (413 from aiohttp) counted per platform; a write
+        the store refused said as such (the sender, a platform or a person, sends again).
+        One middleware for both: each layer costs every request a coroutine and a frame."""
         try:
             return await handler(request)
         except web.HTTPRequestEntityTooLarge:
             metrics.auth_failures.labels(_platform(request.path), "too_big").inc()
             raise
-
-    @web.middleware
-    async def not_stored(request: web.Request, handler: Handler) -> web.StreamResponse:
-        """A write the store refused: say so; the sender (a platform, a person) sends again."""
-        try:
-            return await handler(request)
         except StoreFull as exc:
             log.error("%s %s: refused, not stored: %s", request.method, request.path, exc)
             text = "the gateway's disk is full: this was NOT stored; send it again later"
@@ -59,7 +55,7 @@ def build_app(
             text = "the gateway cannot store this right now: it was NOT stored; send it again"
             return web.Response(status=503, text=text)
 
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[count_too_big, not_stored])
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[refusals])
 
     async def healthz(_: web.Request) -> web.Response:
         transports = health()

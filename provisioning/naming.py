@@ -8,6 +8,7 @@ name and never a path outside ``chats/``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -19,6 +20,7 @@ HASH_HEX = 16  # 64 bits: collisions between real thread keys are not a practica
 ACCOUNT_PREFIX = "jb-"
 ACCOUNT_HASH_HEX = 16
 ACCOUNT_NAME_MAX = 31  # Debian's useradd limit
+HOME_NAMES_CACHED = 4096  # home_name runs for every message: the busiest keys' names kept
 ACCOUNT_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]*$")
 HOME_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*-[0-9a-f]{16}$")
 
@@ -50,6 +52,7 @@ def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+@functools.lru_cache(maxsize=HOME_NAMES_CACHED)
 def home_name(key: str) -> str:
     """The directory name of a thread key's home under ``chats/``."""
     validate_thread_key(key)

@@ -19,7 +19,7 @@ import logging
 import os
 import urllib.request
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue  # what PTB's own HTTPXRequest checks
@@ -34,6 +34,7 @@ DEFAULT_CONNECT_S = 5.0
 DEFAULT_POOL_S = 1.0
 MEDIA_WRITE_S = 20.0  # uploads get longer to send, as in HTTPXRequest
 MIN_UPLOAD_BPS = 32 * 1024  # the slowest upload still allowed to finish (bytes a second)
+FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 def env_proxy(url: str) -> str | None:
@@ -146,6 +147,7 @@ class AiohttpRequest(BaseRequest):
         files = request_data.multipart_data if request_data and request_data.contains_files else {}
         fields = request_data.json_parameters if request_data else None
         body: Any = None
+        headers: dict[str, str] | None = None
         if files:
             form = aiohttp.FormData()
             for name, value in (fields or {}).items():
@@ -154,13 +156,18 @@ class AiohttpRequest(BaseRequest):
                 form.add_field(part, content, filename=filename, content_type=mimetype)
             body = form
         elif fields:
-            body = fields  # application/x-www-form-urlencoded, as HTTPXRequest sends it
+            # application/x-www-form-urlencoded, as HTTPXRequest sends it; encoded here, as
+            # aiohttp would (a dict became a FormData, built and walked for every call)
+            body = urlencode(fields).encode("ascii")
+            headers = FORM_HEADERS
         size = sum(_content_size(content) for _name, content, _type in files.values())
         timeout = self._timeout(
             read_timeout, write_timeout, connect_timeout, pool_timeout, upload_bytes=size
         )
         try:
-            async with session.request(method, url, data=body, timeout=timeout) as response:
+            async with session.request(
+                method, url, data=body, headers=headers, timeout=timeout
+            ) as response:
                 return response.status, await response.read()
         except TimeoutError as exc:  # aiohttp.ServerTimeoutError is one too
             raise TimedOut(f"the Bot API did not answer in time ({exc!r})") from exc
