@@ -19,6 +19,9 @@ class InboxState(StrEnum):
     DONE = "done"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    # one part of a message the platform delivered in parts (a Telegram album): its run and
+    # its answer are those of the first part, whose run it joined
+    MERGED = "merged"
 
 
 class ReplyState(StrEnum):
@@ -70,6 +73,9 @@ class Inbound:
     is_operator: bool = False
     target: dict[str, Any] = field(default_factory=dict)  # the adapter's reply context
     received_at: float = field(default_factory=time.time)
+    # the platform's id of a message it delivers in parts, one event each (a Telegram
+    # album's media_group_id): the parts of one sender run as one turn (None: whole)
+    part_of: str | None = None
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hmac
 import logging
 import os
 import secrets
+import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -84,6 +86,11 @@ CLOSED_BUBBLES_KEPT = 4096  # Stop tokens of bubbles this process turned into su
 DOWNLOAD_TRIES = 4  # a file the platform refused for a while (429, 5xx, a reset): tries in all
 DOWNLOAD_WAIT_MAX_S = 30.0  # the longest wait between two tries (its Retry-After, or backoff)
 HOMES_KEPT = 10_000  # homes of the conversations served last, kept resolved (least recent go)
+# A message delivered in parts (a Telegram album: one update per photo, no count given) runs
+# once no part came for PARTS_QUIET_S, and at the latest PARTS_WAIT_MAX_S after its first part
+# reached the front of the queue. Telegram sends an album's parts within milliseconds.
+PARTS_QUIET_S = 1.0
+PARTS_WAIT_MAX_S = 5.0
 SHUTDOWN_TEXT = (
     "⚠️ The gateway is shutting down, so this run was stopped before it finished. "
     "Please send your message again in a minute."
@@ -118,6 +125,8 @@ class ConversationSlot:
     next: MessageRecord | None = None
     stop_next: str | None = None
     told: bool = False  # told "queued"/"waiting" since the queue was last empty (one per burst)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)  # a message was queued
+    joining: str | None = None  # the message whose parts the worker is waiting for (part_of)
 
 
 class Engine:
@@ -305,6 +314,8 @@ class Engine:
         """Stop intake, tell every conversation with a run in flight, stop those runs."""
         self.stopping = True
         self._retry.stop()
+        for slot in self._slots.values():  # a worker waiting for a message's parts stops it
+            slot.arrived.set()
         active = [s.active for s in self._slots.values() if s.active is not None]
         for run in active:
             run.shutdown = True
@@ -379,6 +390,10 @@ class Engine:
             self._spawn(self._typed_answer(slot.active, msg), f"answer-{msg.id}")
             return
         limit = self.settings.limits.max_queued_per_conversation
+        if msg.part_of is not None and (
+            slot.joining == msg.part_of or any(_same_message(q, msg) for q in slot.queue)
+        ):
+            admitted = True  # one message's parts count once: its first part was let in
         if not admitted and len(slot.queue) >= limit and (slot.active is not None or slot.queue):
             text = (
                 f"⏸️ {len(slot.queue)} messages are already waiting in this conversation (the "
@@ -390,6 +405,7 @@ class Engine:
             )
             return
         slot.queue.append(msg)
+        slot.arrived.set()
         self.metrics.queue_depth.inc()
         if slot.active is not None and not slot.told:
             # one notice per burst: each costs two writes, and a burst of messages needs
@@ -416,8 +432,10 @@ class Engine:
                 await last.settled()
                 continue
             msg = slot.queue.popleft()
-            slot.next, slot.stop_next = msg, None
             self.metrics.queue_depth.dec()
+            if msg.part_of is not None:
+                msg = await self._join_parts(slot, msg)
+            slot.next, slot.stop_next = msg, None
             try:
                 # A store error reaches here only before the run's start (the first write
                 # that counts; after it every write is retried where it is made): the
@@ -437,6 +455,47 @@ class Engine:
         slot.next = slot.stop_next = None
         if not self.stopping:  # stopping: stop() still waits for what the slot holds
             self._forget_if_idle(conversation_id)
+
+    async def _join_parts(self, slot: ConversationSlot, first: MessageRecord) -> MessageRecord:
+        """``first`` with the other parts of its message (queued now, or within the wait):
+        their texts and files joined, their ids in ``merged`` (the run's start closes them).
+
+        The platform gives no count of the parts, so the wait ends when none came for
+        PARTS_QUIET_S (bounded by PARTS_WAIT_MAX_S); after a restart every part is queued
+        already and nothing is waited for.
+        """
+        parts = [first]
+        slot.joining = first.part_of
+        started = time.monotonic()
+        try:
+            while True:
+                more = [q for q in slot.queue if _same_message(q, first)]
+                for part in more:
+                    slot.queue.remove(part)
+                    self.metrics.queue_depth.dec()
+                parts += more
+                newest = max(p.received_at for p in parts)
+                wait = min(
+                    newest + PARTS_QUIET_S - time.time(),
+                    started + PARTS_WAIT_MAX_S - time.monotonic(),
+                )
+                if wait <= 0 or self.stopping:
+                    break
+                slot.arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(slot.arrived.wait(), wait)
+        finally:
+            slot.joining = None
+        if len(parts) == 1:
+            return first
+        parts.sort(key=lambda p: p.id)
+        log.info("message %d of %s: %d parts run as one", parts[0].id, first.thread_key, len(parts))
+        return dataclasses.replace(
+            parts[0],
+            text="\n\n".join(p.text for p in parts if p.text.strip()),
+            attachments=[a for p in parts for a in p.attachments],
+            merged=tuple(p.id for p in parts[1:]),
+        )
 
     async def _fail_left_running(self, msg: MessageRecord, exc: Exception) -> None:
         """A turn that failed unexpectedly answers its message as a run the gateway could
@@ -461,6 +520,7 @@ class Engine:
                     InboxState.FAILED,
                     [reply],
                     error=result.error,
+                    parts=msg.merged,
                 )
             else:
                 write = functools.partial(
@@ -505,7 +565,9 @@ class Engine:
     ) -> None:
         """Answer ``msg`` with ``text`` and close it (a command, a refusal), the write retried."""
         reply = self._reply(msg, f"{key}:{msg.id}", Outgoing(ReplyKind.NOTICE, text))
-        complete = functools.partial(self.store.complete_message, msg.id, state, [reply])
+        complete = functools.partial(
+            self.store.complete_message, msg.id, state, [reply], parts=msg.merged
+        )
         await self._deliver_written(complete, f"the answer to message {msg.id}")
 
     async def _deliver_written(
@@ -918,7 +980,7 @@ class Engine:
         ``limits.max_concurrent_runs`` counts runs, so the caller records the outcome and
         sends the answer after giving the run slot back.
         """
-        run_record = await self.store.begin_run(msg.id, msg.sender_id)
+        run_record = await self.store.begin_run(msg.id, msg.sender_id, parts=msg.merged)
         if run_record is None:  # no longer accepted: started or answered already
             return None
         epoch = run_record.epoch
@@ -1170,6 +1232,11 @@ def _answered_prompt(msg: MessageRecord, prompts: list[PromptRecord]) -> PromptR
             return prompt
         return None
     return None
+
+
+def _same_message(a: MessageRecord, b: MessageRecord) -> bool:
+    """``a`` and ``b`` are parts of one message (one sender's, delivered in parts)."""
+    return a.part_of is not None and a.part_of == b.part_of and a.sender_id == b.sender_id
 
 
 def _remember(kept: OrderedDict[int, Any], key: int, value: Any) -> None:

@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +42,9 @@ ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 MAX_TOAST = 200  # answerCallbackQuery's text limit
 MAX_BACKOFF_S = 30.0
 SEND_POOL = 256  # keep-alive connections for every method but getUpdates (PTB's default)
+# albums one part of which addressed the bot in a group, remembered so their other parts
+# (uncaptioned: no mention) are let in; an album's parts come within a second of each other
+ALBUMS_KEPT = 1024
 OFFSET_HINT_EVERY_S = 1.0  # the stored polling offset (a restart hint) at most once a second
 # what holds the polling offset back: a write that may succeed when the update is fetched again
 RETRIED_FAILURES: tuple[type[BaseException], ...] = (StoreError, OSError)
@@ -78,6 +82,7 @@ class TelegramAdapter:
         self._stopping = False
         self._stopped = asyncio.Event()  # ends the offset writer's pause at stop
         self._error: str | None = None
+        self._addressed_albums: OrderedDict[str, None] = OrderedDict()  # see ALBUMS_KEPT
 
     @property
     def surface(self) -> TelegramSurface:
@@ -254,7 +259,9 @@ class TelegramAdapter:
             metrics.labels("telegram", "ignored").inc()
             return None
         try:
-            result = convert.to_inbound(update.update_id, message, self.rules)
+            result = convert.to_inbound(
+                update.update_id, message, self.rules, self._addressed_albums.keys()
+            )
         except Exception:
             log.exception("telegram: update %d could not be read; dropped", update.update_id)
             metrics.labels("telegram", "ignored").inc()
@@ -263,6 +270,11 @@ class TelegramAdapter:
             log.info("telegram: update %d %s: %s", update.update_id, result.outcome, result.reason)
             metrics.labels("telegram", result.outcome).inc()
             return None
+        if result.part_of is not None:  # its other parts are let in too (see to_inbound)
+            self._addressed_albums[result.part_of] = None
+            self._addressed_albums.move_to_end(result.part_of)
+            while len(self._addressed_albums) > ALBUMS_KEPT:
+                self._addressed_albums.popitem(last=False)
         submitted = await self.ctx.gateway.submit(result)
         return submitted.status
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Collection, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -634,6 +635,16 @@ def attachments(message: Message) -> tuple[Attachment, ...]:
                 platform_id=a.file_id,
             )
         )
+    if message.video is not None:
+        clip = message.video
+        found.append(
+            Attachment(
+                name=clip.file_name or f"video-{clip.file_unique_id}.mp4",
+                size=clip.file_size,
+                media_type=clip.mime_type or "video/mp4",
+                platform_id=clip.file_id,
+            )
+        )
     return tuple(found)
 
 
@@ -701,8 +712,23 @@ def without_mentions(text: str, bot_username: str) -> str:
     return joined
 
 
-def to_inbound(update_id: int, message: Message, rules: Rules) -> Inbound | Ignored:
-    """The message as the core's Inbound, or why it is not one."""
+def album_of(message: Message) -> str | None:
+    """The album (media group) a message is one part of, as ``chat:media_group_id``."""
+    group = message.media_group_id
+    return f"{message.chat.id}:{group}" if group else None
+
+
+def to_inbound(
+    update_id: int,
+    message: Message,
+    rules: Rules,
+    addressed_albums: AbstractSet[str] = frozenset(),
+) -> Inbound | Ignored:
+    """The message as the core's Inbound, or why it is not one.
+
+    ``addressed_albums``: albums (:func:`album_of`) one part of which addressed the bot in a
+    group; their other parts (a caption mentions the bot only on the first) are let in too.
+    """
     user = message.from_user
     if user is None or user.is_bot:
         return Ignored("ignored", "sent by a bot or on behalf of a chat")
@@ -720,7 +746,13 @@ def to_inbound(update_id: int, message: Message, rules: Rules) -> Inbound | Igno
         if addressee is not None and addressee.lower() != rules.bot_username.lower():
             return Ignored("ignored", f"a command for another bot (@{addressee})")
         text = stripped
-    addressed = command is not None or not shared or rules.group_trigger == "all"
+    album = album_of(message)
+    addressed = (
+        command is not None
+        or not shared
+        or rules.group_trigger == "all"
+        or (album is not None and album in addressed_albums)
+    )
     if not (addressed or _mentions_bot(message, rules) or _replies_to_bot(message, rules)):
         return Ignored("ignored", "a group message not addressed to the bot")
     cleaned = without_mentions(text, rules.bot_username)
@@ -743,4 +775,5 @@ def to_inbound(update_id: int, message: Message, rules: Rules) -> Inbound | Igno
         shared_chat=shared,
         is_operator=str(user.id) in rules.operators,
         target=dict(target),
+        part_of=album,
     )

@@ -29,6 +29,7 @@ FILE: dict[str, Spec] = {
     "mime_type": str,
 }
 PHOTO: dict[str, Spec] = {**FILE, "width": int, "height": int}
+VIDEO: dict[str, Spec] = {**PHOTO, "duration": int}
 MESSAGE: dict[str, Spec] = {
     "message_id": int,
     "date": int,
@@ -43,6 +44,8 @@ MESSAGE: dict[str, Spec] = {
     "document": FILE,
     "voice": FILE,
     "audio": FILE,
+    "video": VIDEO,
+    "media_group_id": str,
     "photo": [PHOTO],
 }
 MESSAGE["reply_to_message"] = MESSAGE  # bounded by MAX_DEPTH

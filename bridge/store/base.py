@@ -9,7 +9,7 @@ transaction, so after a crash the state is before or after it, never between.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,10 @@ class MessageRecord:
     started_at: float | None
     finished_at: float | None
     error: str | None
+    part_of: str | None = None  # Inbound.part_of
+    # not stored: the other parts the engine joined to this one (their ids); whatever starts
+    # or closes this message closes them as MERGED in the same write
+    merged: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -196,9 +200,19 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def complete_message(
-        self, message_id: int, state: InboxState, replies: list[NewReply], error: str | None = None
+        self,
+        message_id: int,
+        state: InboxState,
+        replies: list[NewReply],
+        error: str | None = None,
+        *,
+        parts: Sequence[int] = (),
     ) -> list[ReplyRecord]:
-        """Set a message's final state and record its replies, in one transaction."""
+        """Set a message's final state and record its replies, in one transaction.
+
+        ``parts``: other parts of the same message (:attr:`MessageRecord.merged`), closed as
+        ``merged`` in the same transaction when still ``accepted``.
+        """
 
     @abc.abstractmethod
     async def redact_message(self, message_id: int, text: str = "[redacted]") -> None:
@@ -239,18 +253,26 @@ class Store(abc.ABC):
     async def start_run(self, message_id: int, requester: str, epoch: int) -> RunRecord:
         """Mark the message running and record a run, in one transaction."""
 
-    async def begin_run(self, message_id: int, requester: str) -> RunRecord | None:
+    async def begin_run(
+        self, message_id: int, requester: str, *, parts: Sequence[int] = ()
+    ) -> RunRecord | None:
         """Start a run of an accepted message at its conversation's current epoch.
 
-        None when the message is no longer ``accepted`` (already started or finished). The
-        default composes the calls above; a store overrides it with one transaction (the
-        turn engine calls it once per message).
+        None when the message is no longer ``accepted`` (already started or finished).
+        ``parts``: the other parts of the same message, which this run answers too: closed
+        as ``merged``. The default composes the calls above; a store overrides it with one
+        transaction (the turn engine calls it once per message).
         """
         message = await self.get_message(message_id)
         if message is None or message.state is not InboxState.ACCEPTED:
             return None
         conv = await self.conversation(message.conversation_id)
-        return await self.start_run(message_id, requester, conv.epoch if conv else 1)
+        run = await self.start_run(message_id, requester, conv.epoch if conv else 1)
+        for part in parts:
+            current = await self.get_message(part)
+            if current is not None and current.state is InboxState.ACCEPTED:
+                await self.complete_message(part, InboxState.MERGED, [])
+        return run
 
     @abc.abstractmethod
     async def finish_run(

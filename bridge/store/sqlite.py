@@ -30,7 +30,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema this code writes (``PRAGMA user_version``); bump it with a migration."""
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database
@@ -75,6 +75,9 @@ _MIGRATIONS = (
     # 3: the epoch a /new started, bumped as it was accepted (NULL: not bumped yet, as an
     # older jazz-bridge did it only when it answered)
     "ALTER TABLE inbox ADD COLUMN new_epoch INTEGER",
+    # 4: the message a part belongs to when the platform delivers one in parts (a Telegram
+    # album): its parts run as one turn, also when they are requeued after a restart
+    "ALTER TABLE inbox ADD COLUMN part_of TEXT",
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 
@@ -563,6 +566,7 @@ class SqliteStore(Store):
             started_at=row["started_at"],
             finished_at=row["finished_at"],
             error=row["error"],
+            part_of=row["part_of"],
         )
 
     @staticmethod
@@ -706,8 +710,8 @@ class SqliteStore(Store):
             row = conn.execute(
                 "INSERT INTO inbox (conversation_id, platform, event_id, thread_key, sender_id,"
                 " sender_name, text, attachments, shared_chat, is_operator, is_command, target,"
-                " state, received_at, epoch, new_epoch)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " state, received_at, epoch, new_epoch, part_of)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " RETURNING *",
                 (
                     conversation_id,
@@ -726,6 +730,7 @@ class SqliteStore(Store):
                     inbound.received_at,
                     epoch,
                     new_epoch,
+                    inbound.part_of,
                 ),
             ).fetchone()
             return self._message(row), True
@@ -772,7 +777,13 @@ class SqliteStore(Store):
         return await self._call(work)
 
     async def complete_message(
-        self, message_id: int, state: InboxState, replies: list[NewReply], error: str | None = None
+        self,
+        message_id: int,
+        state: InboxState,
+        replies: list[NewReply],
+        error: str | None = None,
+        *,
+        parts: Sequence[int] = (),
     ) -> list[ReplyRecord]:
         def work(conn: sqlite3.Connection) -> list[ReplyRecord]:
             now = time.time()
@@ -782,6 +793,7 @@ class SqliteStore(Store):
             ).rowcount
             if changed != 1:
                 raise StoreError(f"store {self.path}: no message {message_id}")
+            self._merge_parts(conn, parts, now)
             return self._insert_replies(conn, replies, now)
 
         return await self._tx(work)
@@ -893,7 +905,21 @@ class SqliteStore(Store):
 
         return await self._tx(work)
 
-    async def begin_run(self, message_id: int, requester: str) -> RunRecord | None:
+    @staticmethod
+    def _merge_parts(conn: sqlite3.Connection, parts: Sequence[int], now: float) -> None:
+        """Close the other parts of a message as ``merged`` (those still ``accepted``)."""
+        conn.executemany(
+            "UPDATE inbox SET state = ?, started_at = ?, finished_at = ?"
+            " WHERE id = ? AND state = ?",
+            [
+                (InboxState.MERGED.value, now, now, part, InboxState.ACCEPTED.value)
+                for part in parts
+            ],
+        )
+
+    async def begin_run(
+        self, message_id: int, requester: str, *, parts: Sequence[int] = ()
+    ) -> RunRecord | None:
         def work(conn: sqlite3.Connection) -> RunRecord | None:
             now = time.time()
             message = conn.execute(
@@ -912,6 +938,7 @@ class SqliteStore(Store):
             ).fetchone()
             if row is None:
                 raise StoreError(f"store {self.path}: message {message_id} has no conversation")
+            self._merge_parts(conn, parts, now)
             return self._run(row)
 
         return await self._tx(work)
@@ -979,7 +1006,12 @@ class SqliteStore(Store):
         return await self._call(work)
 
     async def prune(self, before: float) -> dict[str, int]:
-        answered = (InboxState.DONE.value, InboxState.FAILED.value, InboxState.INTERRUPTED.value)
+        answered = (
+            InboxState.DONE.value,
+            InboxState.FAILED.value,
+            InboxState.INTERRUPTED.value,
+            InboxState.MERGED.value,
+        )
         finished = (ReplyState.SENT.value, ReplyState.FAILED.value)
 
         def work(conn: sqlite3.Connection) -> dict[str, int]:
@@ -1003,7 +1035,7 @@ class SqliteStore(Store):
                     (before, *finished),
                 ).rowcount,
                 "messages": conn.execute(
-                    "DELETE FROM inbox WHERE state IN (?, ?, ?)"
+                    "DELETE FROM inbox WHERE state IN (?, ?, ?, ?)"
                     " AND coalesce(finished_at, received_at) < ?"
                     " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.message_id = inbox.id)"
                     " AND NOT EXISTS (SELECT 1 FROM replies y WHERE y.message_id = inbox.id)",

@@ -498,6 +498,36 @@ async def test_new_bumps_the_epoch_as_it_is_accepted(store: SqliteStore) -> None
     assert answered.outgoing.text == "#3"
 
 
+async def test_the_parts_of_a_message_close_with_its_run_start_or_its_answer(
+    store: SqliteStore,
+) -> None:
+    """A message delivered in parts (an album) keeps its part_of; the run of its first part
+    closes the others as merged in the same write (a crash after it leaves no part to run
+    alone), and so does an answer without a run (a refusal); a part that is no longer
+    accepted is left as it is."""
+    a, _ = await store.accept(inbound("p1", part_of="album-1"), home="h", is_command=False)
+    b, _ = await store.accept(inbound("p2", part_of="album-1"), home="h", is_command=False)
+    c, _ = await store.accept(inbound("p3", part_of="album-1"), home="h", is_command=False)
+    assert (a.part_of, b.part_of) == ("album-1", "album-1")
+    await store.complete_message(c.id, InboxState.FAILED, [])  # answered on its own before
+    run = await store.begin_run(a.id, "U1", parts=(b.id, c.id))
+    assert run is not None and run.message_id == a.id
+    states = {m.id: m.state for m in [await store.get_message(i) for i in (a.id, b.id, c.id)] if m}
+    assert states == {a.id: InboxState.RUNNING, b.id: InboxState.MERGED, c.id: InboxState.FAILED}
+    assert await store.messages_in_state(InboxState.ACCEPTED) == []
+    d, _ = await store.accept(inbound("p4", part_of="album-2"), home="h", is_command=False)
+    e, _ = await store.accept(inbound("p5", part_of="album-2"), home="h", is_command=False)
+    await store.complete_message(
+        d.id, InboxState.FAILED, [reply("budget", d.conversation_id)], parts=(e.id,)
+    )
+    merged = await store.get_message(e.id)
+    assert merged is not None and merged.state is InboxState.MERGED
+    # answered parts are pruned with the rest
+    counts = await store.prune(time.time() + 60)
+    assert counts["messages"] >= 1
+    assert await store.get_message(e.id) is None
+
+
 async def test_a_version_1_store_is_migrated_in_place(db_path: Path) -> None:
     db_path.parent.mkdir()
     conn = sqlite3.connect(db_path)
@@ -523,10 +553,12 @@ async def test_a_version_1_store_is_migrated_in_place(db_path: Path) -> None:
         new, _ = await s.accept(inbound("new"), home="h", is_command=False)
         run = await s.begin_run(new.id, "U1")
         assert run is not None and run.epoch == 3
+        (old_row,) = [m for m in await s.messages_in_state(InboxState.RUNNING) if m.id == old.id]
+        assert old_row.part_of is None  # a whole message, as every message was then
     finally:
         await s.close()
     with sqlite3.connect(db_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
 
 
 # -- files, durability, schema ---------------------------------------------------------------

@@ -1,0 +1,176 @@
+"""Albums: Telegram sends a message with several photos or videos as one update per item
+(the same ``media_group_id``, the caption on one of them). The person sent one message; it
+runs as one turn with every file, answered once, also after a restart and in a group where
+only the captioned item mentions the bot.
+
+The real gateway and the real PTB client against the fake Bot API (fake_bot_api.py), the
+reference runner (its answer counts the files it was given); every wait is bounded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tg_support import (
+    ADA,
+    BOT_NAME,
+    GROUP,
+    GROUP_CHAT,
+    FakeBotApi,
+    buttons,
+    mention,
+    post,
+    press,
+    private_chat,
+    running_gateway,
+    texts,
+    update,
+    wait_sent,
+    wait_until,
+)
+
+from bridge.model import InboxState
+
+pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
+
+
+def album(
+    fake: FakeBotApi,
+    first_id: int,
+    chat: dict[str, Any],
+    group: str,
+    caption: str | None,
+    count: int = 3,
+    *,
+    caption_entities: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """``count`` updates of one album: a photo each (a video last), the caption on the first."""
+    bodies = []
+    for i in range(count):
+        file_id = f"{group}-{i}"
+        fake.add_file(file_id, f"media/{file_id}.bin", f"item {i} of {group}".encode())
+        media: dict[str, Any]
+        if i == count - 1 and count > 1:
+            clip = {"file_id": file_id, "file_unique_id": f"u{file_id}", "duration": 2}
+            media = {"video": {**clip, "width": 9, "height": 9}}
+        else:
+            size = {"file_id": file_id, "file_unique_id": f"u{file_id}", "width": 9, "height": 9}
+            media = {"photo": [size]}
+        body = update(first_id + i, chat, ADA, "", media_group_id=group, **media)
+        del body["message"]["text"]
+        if i == 0 and caption is not None:
+            body["message"]["caption"] = caption
+            if caption_entities:
+                body["message"]["caption_entities"] = caption_entities
+        bodies.append(body)
+    return bodies
+
+
+async def states(app: Any, first: int, count: int) -> list[InboxState]:
+    """The inbox states of updates ``first`` .. ``first + count - 1``, in that order."""
+    found: dict[int, InboxState] = {}
+    for state in InboxState:
+        for m in await app.store.messages_in_state(state):
+            update_id = int(m.event_id.rsplit(":", 1)[1])
+            if first <= update_id < first + count:
+                found[update_id] = state
+    return [found[i] for i in range(first, first + count)]
+
+
+async def test_an_album_runs_once_with_every_file_and_is_answered_once(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """Three items of one album: one run given three files, one answer (with the caption);
+    the message sent next runs on its own, after it. Each item was a run and an answer of
+    its own (two of them "You said: (empty)")."""
+    chat = private_chat(ADA)
+    async with running_gateway(env) as (app, _client):
+        for body in album(fake, 731000001, chat, "13589170000000001", "compare these"):
+            assert await post(app.port, body) == 200
+        assert await post(app.port, update(731000004, chat, ADA, "and now this")) == 200
+        (answer,) = await wait_sent(fake, ADA, "compare these")
+        assert "Attachments: 3." in answer.params["text"], answer.params["text"]
+        await wait_sent(fake, ADA, "and now this")
+        assert len(texts(fake, ADA, "You said")) == 2, texts(fake, ADA)
+        assert sorted(fake.downloads) == [f"media/13589170000000001-{i}.bin" for i in range(3)]
+        assert await states(app, 731000001, 4) == [
+            InboxState.DONE,
+            InboxState.MERGED,
+            InboxState.MERGED,
+            InboxState.DONE,
+        ]
+
+
+async def test_an_album_queued_over_the_limit_counts_once(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """With one message allowed to wait, an album of four sent while a run waits for an
+    approval is queued whole (each item after the first was refused as over the limit),
+    and runs as one turn once the approval is given."""
+    env["JAZZ_BRIDGE_LIMITS__MAX_QUEUED_PER_CONVERSATION"] = "1"
+    chat = private_chat(ADA)
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, update(731100001, chat, ADA, "!approve deploy")) == 200
+        (prompt,) = await wait_sent(fake, ADA, "deploy")
+        for body in album(fake, 731100002, chat, "13589170000000002", "four of them", 4):
+            assert await post(app.port, body) == 200
+        approve = buttons(prompt)["Approve"]
+        prompt_id = int(prompt.result["message_id"])
+        assert await post(app.port, press(731100010, ADA, chat, approve, prompt_id)) == 200
+        (answer,) = await wait_sent(fake, ADA, "four of them")
+        assert "Attachments: 4." in answer.params["text"], answer.params["text"]
+        assert not texts(fake, ADA, "not queued"), texts(fake, ADA)
+        closed = [InboxState.DONE] + [InboxState.MERGED] * 3
+
+        async def all_closed() -> bool:
+            return await states(app, 731100002, 4) == closed
+
+        await wait_until(all_closed, 10, "the album's items closed")
+
+
+async def test_an_album_accepted_before_a_restart_runs_once_after_it(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """The album waits behind a run when the gateway stops; the next start runs its items as
+    one turn (they were requeued one by one), and nothing of it runs twice."""
+    chat = private_chat(ADA)
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, update(731200001, chat, ADA, "!approve deploy")) == 200
+        await wait_sent(fake, ADA, "deploy")
+        for body in album(fake, 731200002, chat, "13589170000000003", "after the restart"):
+            assert await post(app.port, body) == 200
+        assert await states(app, 731200002, 3) == [InboxState.ACCEPTED] * 3
+    assert not texts(fake, ADA, "after the restart")
+    async with running_gateway(env) as (app, _client):
+        (answer,) = await wait_sent(fake, ADA, "after the restart")
+        assert "Attachments: 3." in answer.params["text"], answer.params["text"]
+        assert await states(app, 731200002, 3) == [InboxState.DONE] + [InboxState.MERGED] * 2
+        assert await post(app.port, update(731200009, chat, ADA, "still here")) == 200
+        await wait_sent(fake, ADA, "still here")
+        assert len(texts(fake, ADA, "after the restart")) == 1
+
+
+async def test_in_a_group_the_album_whose_caption_mentions_the_bot_runs_whole(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """In a group (the bot answers mentions), the caption's mention is on the first item
+    only: the other items of that album are let in with it; an album that does not mention
+    the bot is left alone, all of it."""
+    caption = f"@{BOT_NAME} what is in these"
+    entities = [{"offset": 0, "length": len(BOT_NAME) + 1, "type": "mention"}]
+    async with running_gateway(env) as (app, _client):
+        others = album(fake, 731300001, GROUP_CHAT, "13589170000000004", "holiday pictures")
+        for body in others:
+            assert await post(app.port, body) == 200
+        ours = album(
+            fake, 731300004, GROUP_CHAT, "13589170000000005", caption, caption_entities=entities
+        )
+        for body in ours:
+            assert await post(app.port, body) == 200
+        assert await post(app.port, mention(731300007, GROUP_CHAT, ADA, "thanks")) == 200
+        (answer,) = await wait_sent(fake, GROUP, "what is in these")
+        assert "Attachments: 3." in answer.params["text"], answer.params["text"]
+        await wait_sent(fake, GROUP, "thanks")
+        assert not texts(fake, GROUP, "holiday"), texts(fake, GROUP)
+        assert await states(app, 731300004, 3) == [InboxState.DONE] + [InboxState.MERGED] * 2
