@@ -432,17 +432,26 @@ class DaemonRunHandle(RunHandle):
                         self._tail.append(message[:500])
                 self._events.put_nowait(event)
         if not _finished(run):
+            waiting_on: set[str] = set()  # the shown prompts the daemon still lists
             for item in _pending_items(run.get("pending")):
                 prompt = _prompt_event(item)
                 if prompt is None:
                     self._note_unshown(item)
                     continue
                 ident = prompt.data.get("toolCallId") or prompt.data.get("requestId")
-                if not isinstance(ident, str) or ident in self._surfaced:
+                if not isinstance(ident, str):
+                    continue
+                waiting_on.add(ident)
+                if ident in self._surfaced:
                     continue
                 self._surfaced.add(ident)
                 self._pending.add(ident)
                 self._events.put_nowait(prompt)
+            if "pending" in run:
+                # A prompt the daemon no longer lists was settled there (in Jazz's own UI,
+                # by its own rules): it no longer holds the clock. A run that says nothing
+                # of what it waits on keeps what the gateway knows.
+                self._pending &= waiting_on
         # Only a prompt a person was shown stops the clock: a run parked on an item nobody
         # is asked (a file request) would otherwise wait, unanswerable, for ever.
         if run.get("state") in WAITING_STATES and self._pending:

@@ -481,6 +481,27 @@ async def test_a_daemon_run_waiting_on_a_prompt_nobody_is_shown_still_times_out(
     assert any("file request" in line for line in result.stderr_tail)  # the logs say why
 
 
+async def test_a_prompt_the_daemon_settles_itself_no_longer_stops_the_clock(
+    daemon: FakeDaemon, backend: DaemonRunner, tmp_path: Path
+) -> None:
+    """A shown approval is settled by the daemon itself (answered in Jazz's own UI), and the
+    run then parks on a file request nobody is shown. The approval left the daemon's
+    ``pending``, so it no longer pauses the clock: the timeout ends the run (the backend
+    kept its id as pending for good, and polled the run for ever)."""
+    daemon.on_create = park_on({"toolCallId": "tc-1", "toolName": "bash"})
+    handle = await backend.start(make_request(tmp_path, timeout_s=0.3))
+
+    async def settled_elsewhere(event: RunnerEvent) -> None:
+        if event.type == "approval_required":
+            daemon.run.pending = {"kind": "file", "requestId": "f-1", "message": "Pick a file"}
+
+    try:
+        _, result = await collect(handle, settled_elsewhere)
+    finally:
+        await asyncio.wait_for(handle.stop("test cleanup"), WAIT)
+    assert not result.ok and result.timed_out, result
+
+
 async def test_a_daemon_run_whose_answer_was_refused_is_not_polled_for_ever(
     daemon: FakeDaemon, tmp_path: Path
 ) -> None:
