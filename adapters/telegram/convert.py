@@ -595,57 +595,26 @@ def topic_id(message: Message) -> int | None:
 
 def attachments(message: Message) -> tuple[Attachment, ...]:
     found: list[Attachment] = []
-    if message.document is not None:
-        d = message.document
-        found.append(
-            Attachment(
-                name=d.file_name or f"document-{d.file_unique_id}",
-                size=d.file_size,
-                media_type=d.mime_type,
-                platform_id=d.file_id,
-            )
-        )
+    if (doc := message.document) is not None:
+        found.append(_file(doc, doc.file_name or f"document-{doc.file_unique_id}", doc.mime_type))
     if message.photo:
         p = _largest(message.photo)
-        found.append(
-            Attachment(
-                name=f"photo-{p.file_unique_id}.jpg",
-                size=p.file_size,
-                media_type="image/jpeg",
-                platform_id=p.file_id,
-            )
-        )
-    if message.voice is not None:
-        v = message.voice
-        found.append(
-            Attachment(
-                name=f"voice-{v.file_unique_id}.ogg",
-                size=v.file_size,
-                media_type=v.mime_type or "audio/ogg",
-                platform_id=v.file_id,
-            )
-        )
-    if message.audio is not None:
-        a = message.audio
-        found.append(
-            Attachment(
-                name=a.file_name or f"audio-{a.file_unique_id}",
-                size=a.file_size,
-                media_type=a.mime_type,
-                platform_id=a.file_id,
-            )
-        )
-    if message.video is not None:
-        clip = message.video
-        found.append(
-            Attachment(
-                name=clip.file_name or f"video-{clip.file_unique_id}.mp4",
-                size=clip.file_size,
-                media_type=clip.mime_type or "video/mp4",
-                platform_id=clip.file_id,
-            )
-        )
+        found.append(_file(p, f"photo-{p.file_unique_id}.jpg", "image/jpeg"))
+    if (v := message.voice) is not None:
+        found.append(_file(v, f"voice-{v.file_unique_id}.ogg", v.mime_type or "audio/ogg"))
+    if (a := message.audio) is not None:
+        found.append(_file(a, a.file_name or f"audio-{a.file_unique_id}", a.mime_type))
+    if (clip := message.video) is not None:
+        name = clip.file_name or f"video-{clip.file_unique_id}.mp4"
+        found.append(_file(clip, name, clip.mime_type or "video/mp4"))
     return tuple(found)
+
+
+def _file(media: Any, name: str, media_type: str | None) -> Attachment:
+    """One file of a message (any of the Bot API's file objects) as an Attachment."""
+    return Attachment(
+        name=name, size=media.file_size, media_type=media_type, platform_id=media.file_id
+    )
 
 
 def _largest(sizes: Sequence[PhotoSize]) -> PhotoSize:
