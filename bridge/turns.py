@@ -22,7 +22,7 @@ import logging
 import os
 import secrets
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +43,7 @@ from .errors import RunnerError
 from .files import check_in_home, save_attachment
 from .logs import mask
 from .markdown import split_markdown
+from .message_queue import AlbumKey, MessageQueue, album_key
 from .metrics import Metrics
 from .model import Attachment, Inbound, InboxState, Outgoing, ReplyKind, ReplyTarget
 from .ports import (
@@ -91,6 +92,9 @@ HOMES_KEPT = 10_000  # homes of the conversations served last, kept resolved (le
 # reached the front of the queue. Telegram sends an album's parts within milliseconds.
 PARTS_QUIET_S = 1.0
 PARTS_WAIT_MAX_S = 5.0
+# albums whose first part was answered without a run (refused as over the queue limit, or
+# taken as the typed answer to a question): their later parts are closed without a word
+CLOSED_ALBUMS_KEPT = 1024
 SHUTDOWN_TEXT = (
     "⚠️ The gateway is shutting down, so this run was stopped before it finished. "
     "Please send your message again in a minute."
@@ -116,7 +120,7 @@ class ActiveRun:
 
 @dataclass
 class ConversationSlot:
-    queue: deque[MessageRecord] = field(default_factory=deque)
+    queue: MessageQueue = field(default_factory=MessageQueue)
     worker: asyncio.Task[None] | None = None
     active: ActiveRun | None = None
     last: RunHandle | None = None  # the previous run, until everything it started is gone
@@ -126,7 +130,7 @@ class ConversationSlot:
     stop_next: str | None = None
     told: bool = False  # told "queued"/"waiting" since the queue was last empty (one per burst)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)  # a message was queued
-    joining: str | None = None  # the message whose parts the worker is waiting for (part_of)
+    joining: AlbumKey | None = None  # the message whose parts the worker is waiting for
 
 
 class Engine:
@@ -158,6 +162,8 @@ class Engine:
         self._slots: dict[int, ConversationSlot] = {}
         self._homes: OrderedDict[int, Home] = OrderedDict()
         self._home_names: OrderedDict[int, str] = OrderedDict()
+        # (conversation, sender, album) -> the id of the part answered without a run
+        self._closed_albums: OrderedDict[tuple[int, str, str], int] = OrderedDict()
         self._runs_sem = asyncio.Semaphore(settings.limits.max_concurrent_runs)
         self._in_flight = 0
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -386,20 +392,25 @@ class Engine:
             self._spawn(self._command(msg, command), f"command-{msg.id}")
             return
         slot = self._slot(msg.conversation_id)
+        album = album_key(msg)
+        if album is not None and (msg.conversation_id, *album) in self._closed_albums:
+            self._spawn(self._close_part(msg), f"part-{msg.id}")
+            return
         if slot.active is not None and self._answers_prompt(slot.active, msg):
+            self._close_album(msg)  # its other parts: the answer was given (files can't be)
             self._spawn(self._typed_answer(slot.active, msg), f"answer-{msg.id}")
             return
         limit = self.settings.limits.max_queued_per_conversation
-        if msg.part_of is not None and (
-            slot.joining == msg.part_of or any(_same_message(q, msg) for q in slot.queue)
-        ):
+        if album is not None and (slot.joining == album or slot.queue.holds_album(album)):
             admitted = True  # one message's parts count once: its first part was let in
-        if not admitted and len(slot.queue) >= limit and (slot.active is not None or slot.queue):
+        waiting = slot.queue.waiting
+        if not admitted and waiting >= limit and (slot.active is not None or slot.queue):
             text = (
-                f"⏸️ {len(slot.queue)} messages are already waiting in this conversation (the "
+                f"⏸️ {waiting} messages are already waiting in this conversation (the "
                 f"limit is {limit}). This one was not queued: send it again when the agent "
                 "has caught up."
             )
+            self._close_album(msg)  # one refusal for the whole album
             self._spawn(
                 self._finish_message(msg, InboxState.FAILED, "overflow", text), f"overflow-{msg.id}"
             )
@@ -413,7 +424,7 @@ class Engine:
             slot.told = True
             text = (
                 f"🕐 Queued: the agent is still working on an earlier message; this one is "
-                f"number {len(slot.queue)} in line, and messages sent meanwhile run in order."
+                f"number {slot.queue.waiting} in line, and messages sent meanwhile run in order."
             )
             self._spawn(self._notice(msg, f"queued:{msg.id}", text), f"queued-{msg.id}")
         if slot.worker is None or slot.worker.done():
@@ -433,9 +444,9 @@ class Engine:
                 continue
             msg = slot.queue.popleft()
             self.metrics.queue_depth.dec()
+            slot.next, slot.stop_next = msg, None  # a /stop from here on stops its run
             if msg.part_of is not None:
-                msg = await self._join_parts(slot, msg)
-            slot.next, slot.stop_next = msg, None
+                msg = slot.next = await self._join_parts(slot, msg)
             try:
                 # A store error reaches here only before the run's start (the first write
                 # that counts; after it every write is retried where it is made): the
@@ -465,14 +476,13 @@ class Engine:
         already and nothing is waited for.
         """
         parts = [first]
-        slot.joining = first.part_of
+        album = slot.joining = album_key(first)
+        assert album is not None
         started = time.monotonic()
         try:
             while True:
-                more = [q for q in slot.queue if _same_message(q, first)]
-                for part in more:
-                    slot.queue.remove(part)
-                    self.metrics.queue_depth.dec()
+                more = slot.queue.take_album(album)
+                self.metrics.queue_depth.dec(len(more))
                 parts += more
                 newest = max(p.received_at for p in parts)
                 wait = min(
@@ -496,6 +506,19 @@ class Engine:
             attachments=[a for p in parts for a in p.attachments],
             merged=tuple(p.id for p in parts[1:]),
         )
+
+    def _close_album(self, msg: MessageRecord) -> None:
+        """``msg`` was answered without a run: its album's later parts close silently."""
+        album = album_key(msg)
+        if album is not None:
+            _remember(self._closed_albums, (msg.conversation_id, *album), msg.id)
+            while len(self._closed_albums) > CLOSED_ALBUMS_KEPT:
+                self._closed_albums.popitem(last=False)
+
+    async def _close_part(self, msg: MessageRecord) -> None:
+        """A later part of an album answered without a run: closed, nothing sent."""
+        write = functools.partial(self.store.complete_message, msg.id, InboxState.MERGED, [])
+        await self._retry.run(write, f"closing message {msg.id}, part of an answered album")
 
     async def _fail_left_running(self, msg: MessageRecord, exc: Exception) -> None:
         """A turn that failed unexpectedly answers its message as a run the gateway could
@@ -638,7 +661,7 @@ class Engine:
             lines.append(f"**Running** (for {who}): {slot.active.progress.line()}")
         else:
             lines.append("**Idle**: nothing is running in this conversation.")
-        lines.append(f"Waiting: {len(slot.queue)} message(s).")
+        lines.append(f"Waiting: {slot.queue.waiting} message(s).")
         conv = await self.store.conversation(msg.conversation_id)
         if conv is not None:
             lines.append(f"Conversation #{conv.epoch}.")
@@ -1234,12 +1257,7 @@ def _answered_prompt(msg: MessageRecord, prompts: list[PromptRecord]) -> PromptR
     return None
 
 
-def _same_message(a: MessageRecord, b: MessageRecord) -> bool:
-    """``a`` and ``b`` are parts of one message (one sender's, delivered in parts)."""
-    return a.part_of is not None and a.part_of == b.part_of and a.sender_id == b.sender_id
-
-
-def _remember(kept: OrderedDict[int, Any], key: int, value: Any) -> None:
+def _remember(kept: OrderedDict[Any, Any], key: Any, value: Any) -> None:
     """Note ``key`` as the most recent in ``kept``; the least recent go past HOMES_KEPT."""
     kept[key] = value
     kept.move_to_end(key)
