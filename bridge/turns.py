@@ -1059,9 +1059,17 @@ class Engine:
             return []
         surface = self.surfaces.get(msg.platform)
         cap = self.settings.limits.max_attachment_bytes
+        files = [Attachment.from_dict(raw) for raw in msg.attachments]
+        over = [a for a in files if a.size is not None and a.size > cap]
+        if over and len(over) < len(files):
+            # several files (an album, say: a phone's video is often over the Bot API's
+            # 20 MB): the run gets those that fit, and the person hears which did not
+            files = [a for a in files if a not in over]
+            names = ", ".join(f"{a.name} ({(a.size or 0) / 1e6:.1f} MB)" for a in over)
+            text = f"⚠️ Left out, over the {cap / 1e6:.0f} MB limit for files: {names}."
+            await self._notice(msg, f"left-out:{msg.id}", text)
         paths = []
-        for raw in msg.attachments:
-            att = Attachment.from_dict(raw)
+        for att in files:
             if att.size is not None and att.size > cap:
                 raise DeliveryError(
                     f"the file {att.name} is {att.size:,} bytes, over the {cap:,}-byte limit",

@@ -44,8 +44,10 @@ def album(
     count: int = 3,
     *,
     caption_entities: list[dict[str, Any]] | None = None,
+    video_size: int | None = None,
 ) -> list[dict[str, Any]]:
-    """``count`` updates of one album: a photo each (a video last), the caption on the first."""
+    """``count`` updates of one album: a photo each (a video last, of ``video_size`` bytes
+    when given), the caption on the first."""
     bodies = []
     for i in range(count):
         file_id = f"{group}-{i}"
@@ -54,6 +56,8 @@ def album(
         if i == count - 1 and count > 1:
             clip = {"file_id": file_id, "file_unique_id": f"u{file_id}", "duration": 2}
             media = {"video": {**clip, "width": 9, "height": 9}}
+            if video_size is not None:
+                media["video"]["file_size"] = video_size
         else:
             size = {"file_id": file_id, "file_unique_id": f"u{file_id}", "width": 9, "height": 9}
             media = {"photo": [size]}
@@ -174,3 +178,21 @@ async def test_in_a_group_the_album_whose_caption_mentions_the_bot_runs_whole(
         await wait_sent(fake, GROUP, "thanks")
         assert not texts(fake, GROUP, "holiday"), texts(fake, GROUP)
         assert await states(app, 731300004, 3) == [InboxState.DONE] + [InboxState.MERGED] * 2
+
+
+async def test_a_file_of_an_album_over_the_limit_is_left_out_and_the_rest_runs(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """A phone's video is often over the Bot API's 20 MB: the album's photos run without
+    it and the person is told which file was left out (the whole album was refused)."""
+    chat = private_chat(ADA)
+    big = 25 * 1024 * 1024
+    async with running_gateway(env) as (app, _client):
+        items = album(fake, 731400001, chat, "13589170000000006", "holiday", video_size=big)
+        for body in items:
+            assert await post(app.port, body) == 200
+        (answer,) = await wait_sent(fake, ADA, "holiday")
+        assert "Attachments: 2." in answer.params["text"], answer.params["text"]
+        (note,) = texts(fake, ADA, "Left out")
+        assert "video-u13589170000000006-2.mp4 (26.2 MB)" in note, note
+        assert "media/13589170000000006-2.bin" not in fake.downloads
