@@ -249,7 +249,8 @@ class GatewayApp:
             try:
                 await asyncio.wait_for(self.engine.stop(), timeout=grace)
             except TimeoutError:
-                log.error("runs did not stop within %.0fs", grace)
+                log.error("runs did not stop within %.0fs; cutting them off", grace)
+                await self.engine.abort()
         if self.runner is not None:
             await self.runner.cleanup()
         for adapter in self.adapters:

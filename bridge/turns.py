@@ -95,6 +95,7 @@ PARTS_WAIT_MAX_S = 5.0
 # albums whose first part was answered without a run (refused as over the queue limit, or
 # taken as the typed answer to a question): their later parts are closed without a word
 CLOSED_ALBUMS_KEPT = 1024
+ABORT_WAIT_S = 2.0  # after the grace: how long cancelled tasks get to end, the backend to close
 SHUTDOWN_TEXT = (
     "⚠️ The gateway is shutting down, so this run was stopped before it finished. "
     "Please send your message again in a minute."
@@ -340,6 +341,27 @@ class Engine:
             task.cancel()
         await asyncio.gather(*workers, *list(self._tasks), return_exceptions=True)
         await self.backend.close()
+
+    async def abort(self) -> None:
+        """What :meth:`stop` left when the gateway's grace ran out: every conversation worker
+        and engine task cancelled and awaited (bounded), the backend closed. Nothing is left
+        to write to a store that is about to close; a message whose run was cut off stays
+        ``running`` and the next start answers it "interrupted"."""
+        self.stopping = True
+        self.deliverer.closing = True
+        left = [s.worker for s in self._slots.values() if s.worker is not None]
+        left += list(self._tasks)
+        left = [t for t in left if not t.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            _done, stuck = await asyncio.wait(left, timeout=ABORT_WAIT_S)
+            for task in stuck:
+                log.error("task %s did not end when cancelled", task.get_name())
+        try:
+            await asyncio.wait_for(self.backend.close(), ABORT_WAIT_S)
+        except Exception as exc:  # closing is best effort here: the process is ending
+            log.error("the runner backend did not close: %r", exc)
 
     # -- intake -------------------------------------------------------------------------------
 
