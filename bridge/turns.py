@@ -95,6 +95,7 @@ PARTS_WAIT_MAX_S = 5.0
 # albums whose first part was answered without a run (refused as over the queue limit, or
 # taken as the typed answer to a question): their later parts are closed without a word
 CLOSED_ALBUMS_KEPT = 1024
+MIB = 1024 * 1024  # sizes said to people in MB as Telegram counts them (its "20 MB" limit)
 ABORT_WAIT_S = 2.0  # after the grace: how long cancelled tasks get to end, the backend to close
 SHUTDOWN_TEXT = (
     "⚠️ The gateway is shutting down, so this run was stopped before it finished. "
@@ -1087,8 +1088,8 @@ class Engine:
             # several files (an album, say: a phone's video is often over the Bot API's
             # 20 MB): the run gets those that fit, and the person hears which did not
             files = [a for a in files if a not in over]
-            names = ", ".join(f"{a.name} ({(a.size or 0) / 1e6:.1f} MB)" for a in over)
-            text = f"⚠️ Left out, over the {cap / 1e6:.0f} MB limit for files: {names}."
+            names = ", ".join(f"{a.name} ({(a.size or 0) / MIB:.1f} MB)" for a in over)
+            text = f"⚠️ Left out, over the {cap / MIB:g} MB limit for files: {names}."
             await self._notice(msg, f"left-out:{msg.id}", text)
         paths = []
         for att in files:

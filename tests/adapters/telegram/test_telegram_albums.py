@@ -194,5 +194,6 @@ async def test_a_file_of_an_album_over_the_limit_is_left_out_and_the_rest_runs(
         (answer,) = await wait_sent(fake, ADA, "holiday")
         assert "Attachments: 2." in answer.params["text"], answer.params["text"]
         (note,) = texts(fake, ADA, "Left out")
-        assert "video-u13589170000000006-2.mp4 (26.2 MB)" in note, note
+        assert "video-u13589170000000006-2.mp4 (25.0 MB)" in note, note
+        assert "over the 20 MB limit" in note, note
         assert "media/13589170000000006-2.bin" not in fake.downloads
