@@ -51,6 +51,20 @@ class DeliveryError(BridgeError):
         self.retry_after = retry_after
 
 
+class FileTooLarge(DeliveryError):
+    """An attached file over a size limit, the gateway's or the platform's (permanent).
+
+    Typed, so a message with several files can leave this one out and run with the rest.
+    ``size`` is None when only the download found it too large."""
+
+    def __init__(self, name: str, limit: int, size: int | None = None):
+        said = f"is {size:,} bytes, over" if size is not None else "is over"
+        super().__init__(f"the file {name} {said} the {limit:,}-byte limit", permanent=True)
+        self.name = name
+        self.limit = limit
+        self.size = size
+
+
 @runtime_checkable
 class Surface(Protocol):
     name: str

@@ -48,6 +48,7 @@ from .metrics import Metrics
 from .model import Attachment, Inbound, InboxState, Outgoing, ReplyKind, ReplyTarget
 from .ports import (
     DeliveryError,
+    FileTooLarge,
     PressResult,
     PressStatus,
     SubmitResult,
@@ -1083,25 +1084,32 @@ class Engine:
         surface = self.surfaces.get(msg.platform)
         cap = self.settings.limits.max_attachment_bytes
         files = [Attachment.from_dict(raw) for raw in msg.attachments]
-        over = [a for a in files if a.size is not None and a.size > cap]
-        if over and len(over) < len(files):
-            # several files (an album, say: a phone's video is often over the Bot API's
-            # 20 MB): the run gets those that fit, and the person hears which did not
-            files = [a for a in files if a not in over]
-            names = ", ".join(f"{a.name} ({(a.size or 0) / MIB:.1f} MB)" for a in over)
-            text = f"⚠️ Left out, over the {cap / MIB:g} MB limit for files: {names}."
-            await self._notice(msg, f"left-out:{msg.id}", text)
-        paths = []
+        paths: list[str] = []
+        left_out: list[FileTooLarge] = []
         for att in files:
-            if att.size is not None and att.size > cap:
-                raise DeliveryError(
-                    f"the file {att.name} is {att.size:,} bytes, over the {cap:,}-byte limit",
-                    permanent=True,
-                )
-            if surface is None:
-                raise DeliveryError(f"no surface {msg.platform} to download {att.name} from")
-            data = await self._download(surface, att, cap)
+            try:
+                if att.size is not None and att.size > cap:
+                    raise FileTooLarge(att.name, cap, att.size)
+                if surface is None:
+                    raise DeliveryError(f"no surface {msg.platform} to download {att.name} from")
+                data = await self._download(surface, att, cap)
+            except FileTooLarge as exc:
+                # one of several files (an album, say: a phone's video is often over the
+                # Bot API's 20 MB): the run gets those that fit, the person hears which not
+                if len(files) == 1:
+                    raise
+                left_out.append(exc)
+                continue
             paths.append(await asyncio.to_thread(save_attachment, home, msg.id, att.name, data))
+        if left_out:
+            if not paths:
+                raise left_out[0]  # nothing fit: refused, as one file over the limit is
+            names = ", ".join(
+                e.name if e.size is None else f"{e.name} ({e.size / MIB:.1f} MB)" for e in left_out
+            )
+            limit = min(e.limit for e in left_out)
+            text = f"⚠️ Left out, over the {limit / MIB:g} MB limit for files: {names}."
+            await self._notice(msg, f"left-out:{msg.id}", text)
         return paths
 
     async def _download(self, surface: Surface, att: Attachment, cap: int) -> bytes:

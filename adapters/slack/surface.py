@@ -41,7 +41,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bridge.model import Attachment, Outgoing, ReplyKind, ReplyTarget
-from bridge.ports import Capabilities, DeliveryError
+from bridge.ports import Capabilities, DeliveryError, FileTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -791,10 +791,7 @@ class SlackSurface:
                 async for chunk in resp.content.iter_chunked(DOWNLOAD_CHUNK):
                     total += len(chunk)
                     if total > limit:
-                        raise DeliveryError(
-                            f"the file {attachment.name} is over the {limit:,}-byte limit",
-                            permanent=True,
-                        )
+                        raise FileTooLarge(attachment.name, limit)
                     chunks.append(chunk)
                 return b"".join(chunks)
         except (aiohttp.ClientError, TimeoutError) as exc:

@@ -57,7 +57,7 @@ from telegram.error import (
 from telegram.warnings import PTBDeprecationWarning
 
 from bridge.model import Attachment, Choice, Outgoing, ReplyKind, ReplyTarget
-from bridge.ports import Capabilities, DeliveryError
+from bridge.ports import Capabilities, DeliveryError, FileTooLarge
 
 from . import convert
 
@@ -475,15 +475,14 @@ class TelegramSurface:
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         limit = min(max_bytes, MAX_DOWNLOAD_BYTES)
-        too_big = f"the file {attachment.name} is over the {limit:,}-byte limit"
         if attachment.size is not None and attachment.size > limit:
-            raise DeliveryError(too_big, permanent=True)
+            raise FileTooLarge(attachment.name, limit, attachment.size)
         if not attachment.platform_id:
             raise DeliveryError(f"the file {attachment.name} has no Telegram id", permanent=True)
         try:
             file = await self.bot.get_file(attachment.platform_id)
             if file.file_size is not None and file.file_size > limit:
-                raise DeliveryError(too_big, permanent=True)
+                raise FileTooLarge(attachment.name, limit, file.file_size)
             data = await file.download_as_bytearray()
         except TelegramError as exc:
             mapped = self._map(exc)  # say which file: the person sees this
@@ -493,5 +492,5 @@ class TelegramSurface:
                 retry_after=mapped.retry_after,
             ) from exc
         if len(data) > limit:
-            raise DeliveryError(too_big, permanent=True)
+            raise FileTooLarge(attachment.name, limit)
         return bytes(data)

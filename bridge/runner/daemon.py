@@ -251,6 +251,7 @@ class DaemonRunHandle(RunHandle):
         self._seen = 0  # how many of the run's events were forwarded
         self._surfaced: set[str] = set()  # prompt ids already emitted
         self._pending: set[str] = set()  # prompt ids emitted and not answered
+        self._listed: set[str] = set()  # prompt ids the daemon's run has listed as pending
         self._unshown: set[str] = set()  # pending items no prompt is made of (logged once)
         self._tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._active_s = 0.0
@@ -448,10 +449,12 @@ class DaemonRunHandle(RunHandle):
                 self._pending.add(ident)
                 self._events.put_nowait(prompt)
             if "pending" in run:
-                # A prompt the daemon no longer lists was settled there (in Jazz's own UI,
-                # by its own rules): it no longer holds the clock. A run that says nothing
-                # of what it waits on keeps what the gateway knows.
-                self._pending &= waiting_on
+                # A prompt the daemon listed and lists no more was settled there (in Jazz's
+                # own UI, by its own rules): it no longer holds the clock. One it never
+                # listed (seen in the events first, or listed in a shape not read here)
+                # keeps it: a person is still being asked.
+                self._listed |= waiting_on
+                self._pending -= self._listed - waiting_on
         # Only a prompt a person was shown stops the clock: a run parked on an item nobody
         # is asked (a file request) would otherwise wait, unanswerable, for ever.
         if run.get("state") in WAITING_STATES and self._pending:

@@ -551,3 +551,92 @@ async def test_an_answer_the_daemon_keeps_failing_ends_the_run(
     assert 1 < len(daemon.answers) < 10
     assert not result.ok and result.code == "answer_refused", result
     assert "HTTP 500" in (result.error or "") and "gave up" in (result.error or "")
+
+
+async def _polls_or_cancel(daemon: FakeDaemon, polls: int) -> None:
+    """``polls`` more polls of the run, or its cancel (a timeout), whichever comes first."""
+    waits = [
+        asyncio.ensure_future(daemon.wait_polls(polls)),
+        asyncio.ensure_future(daemon.cancelled.wait()),
+    ]
+    try:
+        await asyncio.wait(waits, timeout=WAIT, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def _answer_late(
+    daemon: FakeDaemon, handle: RunHandle, park: Any
+) -> tuple[list[RunnerEvent], RunResult]:
+    """The person is asked (approval ``tc-1``) and answers after ~0.5 s of polls, longer
+    than the run's 0.3 s timeout; ``park(run)`` is what the daemon lists once it parks."""
+
+    async def on_event(event: RunnerEvent) -> None:
+        if event.type == "approval_required":
+            park(daemon.run)
+            await _polls_or_cancel(daemon, 25)  # ~0.5 s at 0.02 s polls
+            await handle.answer(
+                {"type": "approval_decision", "toolCallId": "tc-1", "approved": True}
+            )
+
+    async def go() -> tuple[list[RunnerEvent], RunResult]:
+        events = []
+        async for event in handle.events():
+            events.append(event)
+            await on_event(event)
+        return events, await handle.wait()
+
+    return await asyncio.wait_for(go(), WAIT)
+
+
+APPROVAL = {"type": "approval_required", "toolCallId": "tc-1", "toolName": "bash"}
+
+
+async def test_a_prompt_seen_in_events_before_the_daemon_lists_it_still_stops_the_clock(
+    daemon: FakeDaemon, backend: DaemonRunner, tmp_path: Path
+) -> None:
+    """The daemon's event stream shows the approval one poll before the run object lists
+    it in ``pending`` (still ``[]`` while the run is ``running``): the person is being
+    asked, so the clock stays paused (the id was dropped on that poll and never came back:
+    the run timed out under them). Found by a review of 7b1ede3."""
+
+    def first(run: FakeRun) -> None:
+        run.events.append(dict(APPROVAL))
+        run.pending = []  # nothing parked yet
+
+    def parks(run: FakeRun) -> None:
+        run.state = "input-required"
+        run.pending = [{"kind": "approval", "toolCallId": "tc-1", "toolName": "bash"}]
+
+    daemon.on_create = first
+    handle = await backend.start(make_request(tmp_path, timeout_s=0.3))
+    try:
+        _, result = await _answer_late(daemon, handle, parks)
+    finally:
+        await asyncio.wait_for(handle.stop("test cleanup"), WAIT)
+    assert not daemon.cancelled.is_set(), "the run was cancelled while a person was asked"
+    assert result.ok and not result.timed_out, result
+
+
+async def test_a_prompt_from_events_is_kept_when_pending_is_in_a_shape_not_parsed(
+    daemon: FakeDaemon, backend: DaemonRunner, tmp_path: Path
+) -> None:
+    """The approval comes as an event; the daemon lists what is pending in a shape
+    ``_pending_items`` does not read (a wrapper object): the event's id keeps the clock
+    paused while the person is asked (7b1ede3 had the run time out under them)."""
+
+    def first(run: FakeRun) -> None:
+        run.state = "input-required"
+        run.events.append(dict(APPROVAL))
+        run.pending = {"approvals": [{"toolCallId": "tc-1", "toolName": "bash"}]}
+
+    daemon.on_create = first
+    handle = await backend.start(make_request(tmp_path, timeout_s=0.3))
+    try:
+        _, result = await _answer_late(daemon, handle, lambda run: None)
+    finally:
+        await asyncio.wait_for(handle.stop("test cleanup"), WAIT)
+    assert not daemon.cancelled.is_set(), "the run was cancelled while a person was asked"
+    assert result.ok and not result.timed_out, result
