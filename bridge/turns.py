@@ -535,9 +535,8 @@ class Engine:
         """``msg`` was answered without a run: its album's later parts close silently."""
         album = album_key(msg)
         if album is not None:
-            _remember(self._closed_albums, (msg.conversation_id, *album), msg.id)
-            while len(self._closed_albums) > CLOSED_ALBUMS_KEPT:
-                self._closed_albums.popitem(last=False)
+            key = (msg.conversation_id, *album)
+            _remember(self._closed_albums, key, msg.id, CLOSED_ALBUMS_KEPT)
 
     async def _close_part(self, msg: MessageRecord) -> None:
         """A later part of an album answered without a run: closed, nothing sent."""
@@ -1296,11 +1295,11 @@ def _answered_prompt(msg: MessageRecord, prompts: list[PromptRecord]) -> PromptR
     return None
 
 
-def _remember(kept: OrderedDict[Any, Any], key: Any, value: Any) -> None:
-    """Note ``key`` as the most recent in ``kept``; the least recent go past HOMES_KEPT."""
+def _remember(kept: OrderedDict[Any, Any], key: Any, value: Any, limit: int = HOMES_KEPT) -> None:
+    """Note ``key`` as the most recent in ``kept``; the least recent go past ``limit``."""
     kept[key] = value
     kept.move_to_end(key)
-    while len(kept) > HOMES_KEPT:
+    while len(kept) > limit:
         kept.popitem(last=False)
 
 
