@@ -26,6 +26,7 @@ from telegram.ext import Application, ApplicationBuilder
 
 from bridge import rules
 from bridge.errors import AdapterError
+from bridge.model import Inbound
 from bridge.ports import AdapterContext, DeliveryError, PressResult, PressStatus, SubmitStatus
 from bridge.prompts import issued
 from bridge.store import StoreError
@@ -271,12 +272,37 @@ class TelegramAdapter:
             metrics.labels("telegram", result.outcome).inc()
             return None
         if result.part_of is not None:  # its other parts are let in too (see to_inbound)
-            self._addressed_albums[result.part_of] = None
-            self._addressed_albums.move_to_end(result.part_of)
-            while len(self._addressed_albums) > ALBUMS_KEPT:
-                self._addressed_albums.popitem(last=False)
+            self._addressed(result.part_of)
         submitted = await self.ctx.gateway.submit(result)
         return submitted.status
+
+    def _addressed(self, album: str) -> None:
+        """Remember an album one part of which addressed the bot (see ALBUMS_KEPT)."""
+        self._addressed_albums[album] = None
+        self._addressed_albums.move_to_end(album)
+        while len(self._addressed_albums) > ALBUMS_KEPT:
+            self._addressed_albums.popitem(last=False)
+
+    def _look_ahead(self, updates: Sequence[Update]) -> None:
+        """Note the albums of a polled batch that one of their parts addresses to the bot.
+
+        In a group only the part with the caption mentions the bot, and a client may put
+        the caption on any part, not only the first: taken in order, the parts before it
+        would be ignored. A batch usually holds a whole album, so its addressed albums are
+        known before any of its parts is taken. (A webhook gets the parts one request at a
+        time: there a part before the captioned one is still ignored.)
+        """
+        assert self.rules is not None
+        for update in updates:
+            message = update.message
+            if message is None or message.media_group_id is None:
+                continue
+            if message.chat.type not in convert.SHARED_CHAT_TYPES:
+                continue
+            with contextlib.suppress(Exception):  # process() logs it when it meets the update
+                result = convert.to_inbound(update.update_id, message, self.rules)
+                if isinstance(result, Inbound) and result.part_of is not None:
+                    self._addressed(result.part_of)
 
     async def _on_callback(self, query: CallbackQuery) -> None:
         """Handle a press, answer its query, then edit the pressed message.
@@ -406,6 +432,7 @@ class TelegramAdapter:
         be taken (one the webhook would refuse, or any other failure to handle it) is
         logged and passed, or it would stop the offset, and all behind it, for good.
         """
+        self._look_ahead(updates)
         done: list[Update] = []
         i = 0
         while i < len(updates):

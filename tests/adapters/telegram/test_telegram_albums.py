@@ -180,6 +180,36 @@ async def test_in_a_group_the_album_whose_caption_mentions_the_bot_runs_whole(
         assert await states(app, 731300004, 3) == [InboxState.DONE] + [InboxState.MERGED] * 2
 
 
+async def test_a_polled_group_album_captioned_on_its_last_part_runs_whole(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """Polling, in a group: a client put the mention in the caption of the album's last
+    part. One getUpdates batch holds the whole album, so the parts before the captioned
+    one are let in too, and the album runs as one turn with every file. Before, they were
+    ignored as "not addressed" (taken in order) and the turn saw one file."""
+    del env["JAZZ_BRIDGE_TELEGRAM__WEBHOOK_URL"]
+    env["JAZZ_BRIDGE_TELEGRAM__POLL_TIMEOUT_S"] = "1"
+    caption = f"@{BOT_NAME} what is in these"
+    entities = [{"offset": 0, "length": len(BOT_NAME) + 1, "type": "mention"}]
+    bodies = album(
+        fake, 731350001, GROUP_CHAT, "13589170000000009", caption, caption_entities=entities
+    )
+    first, last = bodies[0]["message"], bodies[-1]["message"]
+    for key in ("caption", "caption_entities"):
+        last[key] = first.pop(key)
+    for body in bodies:
+        fake.queue_update(body)
+    async with running_gateway(env) as (app, _client):
+        (answer,) = await wait_sent(fake, GROUP, "what is in these")
+        assert "Attachments: 3." in answer.params["text"], answer.params["text"]
+        closed = [InboxState.DONE] + [InboxState.MERGED] * 2
+
+        async def all_closed() -> bool:
+            return await states(app, 731350001, 3) == closed
+
+        await wait_until(all_closed, 10, "the album's parts closed")
+
+
 async def test_a_file_of_an_album_over_the_limit_is_left_out_and_the_rest_runs(
     env: dict[str, str], fake: FakeBotApi
 ) -> None:
