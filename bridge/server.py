@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from .logs import mask
 from .metrics import Metrics
 from .store import StoreError, StoreFull
 
@@ -62,7 +63,8 @@ def build_app(
         down = {name: why for name, why in transports.items() if why}
         body = {
             "ok": not down,
-            "transports": {name: (why or "ok") for name, why in transports.items()},
+            # masked as log lines are: a transport's reason may quote a URL with a token
+            "transports": {name: mask(why) if why else "ok" for name, why in transports.items()},
         }
         if down:
             body["down"] = sorted(down)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import urllib.request
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -35,6 +36,9 @@ DEFAULT_POOL_S = 1.0
 MEDIA_WRITE_S = 20.0  # uploads get longer to send, as in HTTPXRequest
 MIN_UPLOAD_BPS = 32 * 1024  # the slowest upload still allowed to finish (bytes a second)
 FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
+# the token in a Bot API URL (/bot<token>/method, /file/bot<token>/path): aiohttp's errors
+# quote the URL they failed on, and their text reaches /healthz and the logs
+TOKEN_IN_URL = re.compile(r"(?<=/bot)[^/\s'\"]+")
 
 
 def env_proxy(url: str) -> str | None:
@@ -170,7 +174,14 @@ class AiohttpRequest(BaseRequest):
             ) as response:
                 return response.status, await response.read()
         except TimeoutError as exc:  # aiohttp.ServerTimeoutError is one too
-            raise TimedOut(f"the Bot API did not answer in time ({exc!r})") from exc
+            why = without_token(repr(exc))
+            raise TimedOut(f"the Bot API did not answer in time ({why})") from exc
         except aiohttp.ClientError as exc:
             # The class name is kept: many aiohttp errors have an empty message.
-            raise NetworkError(f"aiohttp.{type(exc).__name__}: {exc}") from exc
+            why = without_token(str(exc))
+            raise NetworkError(f"aiohttp.{type(exc).__name__}: {why}") from exc
+
+
+def without_token(text: str) -> str:
+    """``text`` with the bot token of every Bot API URL in it masked (``/bot***/getMe``)."""
+    return TOKEN_IN_URL.sub("***", text) if "/bot" in text else text
