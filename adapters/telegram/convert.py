@@ -32,6 +32,7 @@ import pyromark
 import telegramify_markdown
 from telegram import Message, MessageEntity, PhotoSize, User
 
+from bridge.commands import parse_command
 from bridge.markdown import code_span
 from bridge.model import Attachment, Inbound
 
@@ -701,6 +702,11 @@ def to_inbound(
     user = message.from_user
     if user is None or user.is_bot:
         return Ignored("ignored", "sent by a bot or on behalf of a chat")
+    if message.sender_chat is not None or message.is_automatic_forward:
+        # a channel's post copied into its discussion group (from "Telegram", 777000, not a
+        # bot), or a message sent as a channel or anonymously as the group: no person to
+        # answer, to bind buttons to, or to count a run against
+        return Ignored("ignored", "sent on behalf of a chat, not by a person")
     chat = message.chat
     if not rules.user_allowed(user, chat.id, chat.username):
         return Ignored("denied", f"user {user.id} in chat {chat.id} is not on the allowlist")
@@ -710,14 +716,18 @@ def to_inbound(
         return Ignored("ignored", "no text and no file (a service message)")
     shared = chat.type in SHARED_CHAT_TYPES
     command = _command_target(text.lstrip())
+    ours = False  # a command this bot was named in, or one of its own
     if command is not None:
         stripped, addressee = command
         if addressee is not None and addressee.lower() != rules.bot_username.lower():
             return Ignored("ignored", f"a command for another bot (@{addressee})")
         text = stripped
+        # a bare /weather in a group is some other bot's (Telegram hands bare commands to
+        # every bot that reads the group): only this bot's own are addressed without a name
+        ours = addressee is not None or parse_command(stripped) is not None
     album = album_of(message)
     addressed = (
-        command is not None
+        ours
         or not shared
         or rules.group_trigger == "all"
         or (album is not None and album in addressed_albums)
