@@ -144,8 +144,16 @@ class Gateway(Protocol):
     async def submit(self, inbound: Inbound) -> SubmitResult:
         """Persist an inbound message, then schedule it. Ack the platform only after this."""
 
-    async def press(self, token: str, actor_id: str, *, is_operator: bool = False) -> PressResult:
-        """A person pressed a choice."""
+    async def press(
+        self,
+        token: str,
+        actor_id: str,
+        *,
+        is_operator: bool = False,
+        actor_name: str | None = None,
+    ) -> PressResult:
+        """A person pressed a choice; ``actor_name``: how the chat shows them (as a
+        message's ``sender_name``), for "Stopped by …"."""
 
 
 @runtime_checkable

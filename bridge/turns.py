@@ -724,7 +724,14 @@ class Engine:
 
     # -- prompts ------------------------------------------------------------------------------
 
-    async def press(self, token: str, actor_id: str, *, is_operator: bool = False) -> PressResult:
+    async def press(
+        self,
+        token: str,
+        actor_id: str,
+        *,
+        is_operator: bool = False,
+        actor_name: str | None = None,
+    ) -> PressResult:
         prompt_token, code = P.split_choice(token)
         stop_run = self._stop_tokens.get(prompt_token)
         if stop_run is not None:
@@ -733,7 +740,7 @@ class Engine:
                     PressStatus.NOT_YOURS, "Only the person who started this run can stop it."
                 )
             requester = stop_run.message
-            by = requester.sender_name if actor_id == requester.sender_id else None
+            by = requester.sender_name if actor_id == requester.sender_id else actor_name
             # answered at once, the stop made meanwhile: a runner given its whole grace to
             # exit would hold the press past the platform's deadline (Slack: 3 s) otherwise
             stop_run.stopped_by = by or actor_id  # the name /stop would show

@@ -395,7 +395,9 @@ class SlackAdapter:
             log.info("slack: ignored a press by %s in %s (not allowed)", user, channel)
             self._count("denied")
             return None
-        result = await self.ctx.gateway.press(value, user, is_operator=user in self._operators)
+        result = await self.ctx.gateway.press(
+            value, user, is_operator=user in self._operators, actor_name=f"<@{user}>"
+        )
         answered = result.status is PressStatus.OK
         stale = result.status is PressStatus.EXPIRED and issued(value)
         target = ReplyTarget(surface=PLATFORM, thread_key=f"slack:{team}:{channel}", context={})

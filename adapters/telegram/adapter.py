@@ -324,7 +324,10 @@ class TelegramAdapter:
                 text, alert = "You are not allowed to use this bot.", True
             elif query.data:
                 result = await self.ctx.gateway.press(
-                    query.data, str(user.id), is_operator=str(user.id) in self.rules.operators
+                    query.data,
+                    str(user.id),
+                    is_operator=str(user.id) in self.rules.operators,
+                    actor_name=convert.display_name(user),
                 )
                 text = result.text
                 alert = result.status in (PressStatus.NOT_YOURS, PressStatus.EXPIRED)

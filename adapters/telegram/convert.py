@@ -682,6 +682,11 @@ def without_mentions(text: str, bot_username: str) -> str:
     return joined
 
 
+def display_name(user: User) -> str:
+    """How the chat shows a person (a message's sender, the presser of a Stop)."""
+    return user.full_name or user.username or str(user.id)
+
+
 def album_of(message: Message) -> str | None:
     """The album (media group) a message is one part of, as ``chat:media_group_id``."""
     group = message.media_group_id
@@ -748,7 +753,7 @@ def to_inbound(
         event_id=f"{rules.bot_id}:{update_id}",
         thread_key=thread_key(chat.id, topic),
         sender_id=str(user.id),
-        sender_name=user.full_name or user.username or str(user.id),
+        sender_name=display_name(user),
         text=text,
         attachments=files,
         shared_chat=shared,
