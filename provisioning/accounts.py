@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import archive, naming, safefs
-from .errors import AccountError, UidRangeExhausted, UidTaken
+from .errors import AccountError, StateFileError, UidRangeExhausted, UidTaken
 from .layout import Layout
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,27 @@ class AccountRegistry:
             and 0 < entry["uid"] <= UID_MAX
             and isinstance(entry.get("name"), str)
         }
+        for home, entry in self._accounts.items():
+            self._check_gid(home, entry)
+
+    def _check_gid(self, home: str, entry: dict[str, Any]) -> None:
+        """A recorded gid must be a real one: the map is edited by hand (errors tell operators
+        to), and a typo must stop the command with the file and entry named, not a traceback.
+
+        Refused rather than dropped like a bad uid: the gid is the group the home's files
+        are given, and guessing it (the uid? the account's?) could hand them to a stranger.
+        A missing gid is the uid, as it always was.
+        """
+        if "gid" not in entry:
+            return
+        gid = entry["gid"]
+        if type(gid) is not int or not 0 < gid <= UID_MAX:  # not a bool either
+            raise StateFileError(
+                f"the account map {self.layout.uid_map} gives home {home} (account "
+                f"{entry['name']}) the gid {gid!r}, which is not a group id: fix that entry's "
+                f'"gid" by hand (it is the account\'s primary group, usually its uid "uid": '
+                f"{entry['uid']}) or remove the line, then run the command again"
+            )
 
     def _save(self) -> None:
         safefs.atomic_write_json(
@@ -316,8 +337,10 @@ class AccountRegistry:
                 "created": _now(),
             }
         raise UidRangeExhausted(
-            f"every uid in {lo}-{hi} is taken by a conversation or another account; widen "
-            "accounts.uid_range or archive idle conversations"
+            f"every uid in {lo}-{hi} is taken by a conversation or another account (an "
+            "archived conversation keeps its uid); widen the range into uids no other account "
+            "on this host uses: raise accounts.uid_max (JAZZ_BRIDGE_ACCOUNTS__UID_MAX) or "
+            "lower accounts.uid_min (JAZZ_BRIDGE_ACCOUNTS__UID_MIN)"
         )
 
     def _taken_names(self) -> set[str]:
