@@ -60,7 +60,18 @@ def _nologin() -> str:
 LOCK_RETRIES = 10  # useradd/groupadd finding /etc/passwd or /etc/group locked by another tool
 
 
-def _run(argv: list[str]) -> None:
+NOT_UNIQUE_EXIT = 4  # useradd: "UID already in use"; groupadd: "GID is already used"
+
+
+def _run(argv: list[str], *, taken: str | None = None) -> None:
+    """Run a shadow-utils command; AccountError when it fails.
+
+    ``taken`` describes the uid/gid asked for: when the command says another account or
+    group got it first (exit 4) that is :class:`UidTaken`, which :meth:`AccountRegistry.ensure`
+    answers with another uid. The check before the command cannot see another gateway on
+    this host (another root, its own map lock) or an admin picking the same free id in the
+    same instant; the command itself is the only check that cannot race.
+    """
     for attempt in range(LOCK_RETRIES):
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode == 0 or "lock" not in proc.stderr.lower():
@@ -68,6 +79,8 @@ def _run(argv: list[str]) -> None:
         # another process (an admin's useradd, a package install) holds the shadow-utils
         # lock for a moment: wait and try again rather than fail the conversation
         time.sleep(0.05 * (attempt + 1))
+    if proc.returncode == NOT_UNIQUE_EXIT and taken is not None:
+        raise UidTaken(f"{taken} was taken by another account meanwhile: {proc.stderr.strip()}")
     if proc.returncode != 0:
         raise AccountError(
             f"{' '.join(argv)} failed (exit {proc.returncode}): {proc.stderr.strip()}"
@@ -385,7 +398,7 @@ class AccountRegistry:
                     f"gid {uid} (the private group of {name}) belongs to group "
                     f"{_gr_by_gid(uid).gr_name}; refusing to share it"  # type: ignore[union-attr]
                 )
-            _run(["groupadd", "--gid", str(uid), name])
+            _run(["groupadd", "--gid", str(uid), name], taken=f"gid {uid} of home {home}")
             gid = uid
         else:
             gid = group.gr_gid
@@ -408,9 +421,10 @@ class AccountRegistry:
                     "--comment",
                     ACCOUNT_COMMENT,
                     name,
-                ]
+                ],
+                taken=f"uid {uid} of home {home}",
             )
-        except AccountError:
+        except AccountError:  # UidTaken too: the group made for it goes with it
             if group is None:
                 subprocess.run(["groupdel", name], capture_output=True, check=False)
             raise
