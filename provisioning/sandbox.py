@@ -71,6 +71,8 @@ DEFAULT_ENV_ALLOWLIST: tuple[str, ...] = (
 )
 
 # Never passed, whatever an allowlist says: the gateway's own configuration and secrets.
+# Matched ignoring case: the configuration reads JAZZ_BRIDGE_* names case-insensitively
+# (``jazz_bridge_telegram__token`` sets the bot token), so any spelling is a secret.
 ENV_DENYLIST: tuple[str, ...] = (
     "JAZZ_BRIDGE_*",
     "SLACK_*",
@@ -117,11 +119,16 @@ def resolve_isolation(mode: IsolationMode) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _matcher(patterns: tuple[str, ...]) -> Callable[[str], bool]:
-    """One compiled regular expression for a list of globs (built once per list, not per run)."""
+def _matcher(patterns: tuple[str, ...], *, ignore_case: bool = False) -> Callable[[str], bool]:
+    """One compiled regular expression for a list of globs (built once per list, not per run).
+
+    The allowlist matches names exactly as written (``http_proxy`` and ``HTTP_PROXY`` are
+    both listed on purpose); the deny list ignores case (see :data:`ENV_DENYLIST`).
+    """
     if not patterns:
         return lambda name: False
-    regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+    flags = re.IGNORECASE if ignore_case else 0
+    regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns), flags)
     return lambda name: regex.match(name) is not None
 
 
@@ -136,7 +143,7 @@ def build_env(
     """The runner's environment: allowlisted names, then the home's own paths."""
     source = os.environ if environ is None else environ
     allowed = _matcher(tuple(allowlist))
-    denied = _matcher(ENV_DENYLIST)
+    denied = _matcher(ENV_DENYLIST, ignore_case=True)
     env = {name: value for name, value in source.items() if allowed(name) and not denied(name)}
     env.setdefault("PATH", DEFAULT_PATH)
     for name, value in (extra or {}).items():
