@@ -1049,7 +1049,7 @@ class Engine:
                 paths = await self._attachments(home, msg)
             except (ProvisioningError, OSError, DeliveryError) as exc:
                 log.error("cannot prepare the home of %s: %s", msg.thread_key, exc)
-                return run, RunResult(ok=False, code="provisioning", error=str(exc))
+                return run, _not_run("provisioning", str(exc))
             surface = self.surfaces.get(msg.platform)
             if surface is not None:
                 run.reporter = ProgressReporter(
@@ -1161,7 +1161,7 @@ class Engine:
         try:
             run.handle = await self.backend.start(request)
         except RunnerError as exc:
-            return RunResult(ok=False, code="runner_missing", error=str(exc))
+            return _not_run("runner_missing", str(exc))
         if run.shutdown:
             await run.handle.stop("shutdown")
         elif run.stopped_by is not None:  # /stop or Stop came while the run was starting
@@ -1314,9 +1314,17 @@ def _gateway_failure(exc: Exception, *, started: bool) -> RunResult:
     """A run the gateway itself failed (out of file descriptors, a bug): an answer, not silence."""
     doing = "follow" if started else "start"
     reason = str(exc) or type(exc).__name__
-    return RunResult(
-        ok=False, code="gateway_error", error=f"the gateway could not {doing} the run: {reason}"
-    )
+    error = f"the gateway could not {doing} the run: {reason}"
+    if not started:
+        return _not_run("gateway_error", error)
+    return RunResult(ok=False, code="gateway_error", error=error)
+
+
+def _not_run(code: str, error: str) -> RunResult:
+    """A failure before any runner started: it cost nothing, and says so (a cost left
+    unknown would count as an unpriced run against ``limits.daily_cost_usd`` and close the
+    gateway to everyone for the rest of the day)."""
+    return RunResult(ok=False, code=code, error=error, cost_usd=0.0, cost_known=True)
 
 
 def _failure_text(result: RunResult, stopped_by: str | None) -> str:

@@ -7,6 +7,7 @@ failure with the exit code and a short reason a person can act on, never silence
 from __future__ import annotations
 
 import json
+import math
 import signal
 from typing import Any
 
@@ -25,6 +26,14 @@ def _num(value: Any, default: float = 0.0) -> float:
     return (
         float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
     )
+
+
+def _cost(value: Any) -> float | None:
+    """A run's cost in USD, or None when it is no amount (not a number, negative, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    cost = float(value)
+    return cost if math.isfinite(cost) and cost >= 0 else None
 
 
 def _int(value: Any) -> int:
@@ -102,8 +111,10 @@ def parse_envelope(
         if k in env
     }
     common: dict[str, Any] = {
-        "cost_usd": _num(env.get("costUSD")),
-        "cost_known": env.get("costKnown") is True,
+        # known only as a finite amount >= 0: a string, a missing or a negative cost (which
+        # would lower the day's spend below a cap) is a run nobody can price
+        "cost_usd": _cost(env.get("costUSD")) or 0.0,
+        "cost_known": env.get("costKnown") is True and _cost(env.get("costUSD")) is not None,
         "prompt_tokens": _int(usage.get("promptTokens")),
         "completion_tokens": _int(usage.get("completionTokens")),
         "total_tokens": _int(usage.get("totalTokens")),
