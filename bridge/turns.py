@@ -821,7 +821,14 @@ class Engine:
         oldest = next(iter(run.prompts.values()))
         if oldest.kind in ("input", "secret"):
             return True
-        return msg.text.strip().isdigit()
+        return self._numbered(run) and msg.text.strip().isdigit()
+
+    def _numbered(self, run: ActiveRun) -> bool:
+        """Whether the run's prompts were shown with numbered choices (no buttons): only
+        then is a typed number a choice. With buttons, "3" typed to a question is the answer
+        3 (not its third button), and typing never approves a tool."""
+        surface = self.surfaces.get(run.message.platform)
+        return not (surface and surface.capabilities.buttons)
 
     async def _typed_answer(self, run: ActiveRun, msg: MessageRecord) -> None:
         record = next(iter(run.prompts.values()), None)
@@ -838,16 +845,15 @@ class Engine:
         others = sum(1 for r in run.prompts.values() if r.kind == "approval") - 1
         codes = P.codes_for(record, others_pending=max(others, 0))
         code, free = "", None
-        if text.isdigit() and 1 <= int(text) <= len(codes):
+        numbered = self._numbered(run)
+        if numbered and text.isdigit() and 1 <= int(text) <= len(codes):
             code = codes[int(text) - 1]
         elif record.kind in ("input", "secret"):
             free = msg.text
         else:
+            how = f"reply with a number from 1 to {len(codes)}" if numbered else "use its buttons"
             await self._finish_message(
-                msg,
-                InboxState.DONE,
-                "choice",
-                f"Please reply with a number from 1 to {len(codes)}.",
+                msg, InboxState.DONE, "choice", f"This request waits for an answer: please {how}."
             )
             return
         if record.kind == "secret":
