@@ -2,7 +2,10 @@
 
 It only reads: modes and owners of the root, ``chats/`` and each home, accounts against the
 uid map, the operator group and its members, the configuration, and the runner serve would
-start, checked as a run starts it (isolated: as ``nobody``, no supplementary groups).
+start, checked as a run starts it (isolated: as ``nobody``, no supplementary groups). The
+homes are judged by the root's rules, not by who runs doctor (an operator's process cannot
+switch users, yet the root's homes are isolated), and the runner is only started when doctor
+runs as the gateway's account, since anyone else's start would prove nothing about a run.
 Platform checks (credentials valid, webhook registered) belong to the adapters: each enabled
 adapter's spec may carry a ``doctor`` coroutine, run here with a timeout, so the core never
 imports one.
@@ -86,6 +89,18 @@ def config_checks(settings: CoreSettings, specs: dict[str, AdapterSpec]) -> list
     return [Check(False, "configuration is valid", masker.mask(line)) for line in broken] + dormant
 
 
+def root_isolated(settings: CoreSettings, layout: Layout) -> bool:
+    """Whether the root's homes are isolated (an account each), judged by the root, not by
+    this process: an operator (a member of the operator group, not root) runs doctor on the
+    root a root gateway made, and its own process switching no users says nothing about
+    those homes. As :func:`.cli._operators` takes it: the root's accounts are in its uid
+    map. ``off`` is the configuration's word (serve runs single-account, whatever is on disk)
+    and ``on`` refuses to start without the means, so only ``auto`` looks at the map."""
+    if settings.isolation != "auto":
+        return settings.isolation == "on"
+    return resolve_isolation(settings.isolation) or layout.uid_map.exists()
+
+
 def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]:
     layout = Layout(settings.root.absolute())
     checks = [_mode_check(layout.root, ROOT_MODE, "root")]
@@ -105,7 +120,7 @@ def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]
             )
         )
         gid = -1
-    isolated = resolve_isolation(settings.isolation) if settings.isolation != "on" else True
+    isolated = root_isolated(settings, layout)
     accounts: dict[str, dict[str, object]] = {}
     try:
         accounts = _uid_map_entries(json.loads(layout.uid_map.read_text()))
@@ -212,6 +227,10 @@ def runner_checks(settings: CoreSettings, runner_command: list[str], isolated: b
         command = list(runner_command)  # the same script, until serve copies it
     if not startable:
         return checks
+    elsewhere = _not_the_gateway(settings, isolated)
+    if elsewhere:
+        checks.append(Check(True, "runner starts (not started)", elsewhere, warn=True))
+        return checks
     who = f" as uid {PROBE_UID}" if as_other else ""
     try:
         proc = _run_as([*command, "--help"], as_other, path)
@@ -225,6 +244,35 @@ def runner_checks(settings: CoreSettings, runner_command: list[str], isolated: b
     except (OSError, subprocess.TimeoutExpired) as exc:
         checks.append(Check(False, f"runner starts{who}", f"{exc}; check runner.command"))
     return checks
+
+
+def _not_the_gateway(settings: CoreSettings, isolated: bool) -> str:
+    """Why starting the runner from this process would prove nothing ("" when it would).
+
+    A run is started by the gateway's account: isolated, root switching to a conversation's
+    account (probed as ``nobody``); single-account, the root's owner. Started as anyone else
+    (an operator asking about the gateway's root), a start that works or fails is that
+    person's, not a run's, so it is not tried and the line says who can try it.
+    """
+    me = os.geteuid()
+    if isolated:
+        if can_switch_users():
+            return ""
+        return (
+            f"doctor runs as uid {me}, which cannot start it as a conversation account would; "
+            "run jazz-bridge doctor as the gateway runs (root, with CAP_SETUID and "
+            "CAP_SETGID) for that check"
+        )
+    try:
+        owner = os.lstat(settings.root.absolute()).st_uid
+    except OSError:
+        return ""  # no root yet: its own checks say so, and whoever runs doctor will serve
+    if owner == me:
+        return ""
+    return (
+        f"doctor runs as uid {me}, not as the gateway's account (uid {owner}, the root's owner), "
+        "whose runs these are; run jazz-bridge doctor as that account for that check"
+    )
 
 
 def _served_command(
