@@ -801,8 +801,11 @@ class Engine:
             run.prompts.pop(rec.token, None)
             assert run.handle is not None
             await run.handle.answer(answer)
-            if rec.token != record.token:  # answered with it ("Approve all"): say so there too
-                await self._settle_prompt_message(run, rec, P.resolved_text(rec, code, name, None))
+            if rec.token != record.token:  # answered with it ("Approve all"): say so there too,
+                # after the press is answered (edits are paced, seconds apart in a group, and
+                # the presser's button spins until the answer; Telegram's lasts ~15 s)
+                settled = P.resolved_text(rec, code, name, None)
+                self._spawn(self._settle_prompt_message(run, rec, settled), f"settle-{rec.token}")
             elif typed:
                 await self._settle_prompt_message(run, rec, P.resolved_text(rec, code, name, text))
             else:
