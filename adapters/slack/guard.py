@@ -8,16 +8,22 @@ is signed but malformed is answered 400 here and never reaches bolt or the core.
 
 The signature is checked over the raw bytes (what Slack signs), in constant time, with
 Slack's 5-minute window, before anything of the body is parsed.
+
+The body is parsed here, not with bolt's ``parse_body``: that takes any form body merely
+*containing* the text "payload" (a ``/jazz`` typed in ``#payload-team``, or with the word
+in its text) for an interactivity payload, finds no ``payload`` field and returns ``{}``,
+so the command matched nothing and Slack got a 404. bolt is handed the parsed body as JSON
+(:func:`bolt_text`), which it reads back as it is.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import time
 from typing import Any
-
-from slack_bolt.request.internals import parse_body
+from urllib.parse import parse_qsl
 
 from bridge.payload import scan, surely_fine
 
@@ -100,13 +106,13 @@ def parse(raw: bytes, content_type: str | None) -> tuple[dict[str, Any] | None, 
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None, "body is not UTF-8"
+    as_json = _is_json(text, content_type)
     try:
-        body = parse_body(text, content_type)
+        body = _parse_text(text, as_json)
     except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
         return None, "body is not valid JSON"
     if not isinstance(body, dict):
         return None, f"body is a JSON {type(body).__name__}, not an object"
-    as_json = content_type == "application/json" or text.startswith("{")  # as parse_body
     if not (as_json and surely_fine(text, MAX_DEPTH)):  # most events: no walk needed
         deepest, broken = scan(body)
         if deepest > MAX_DEPTH:
@@ -115,6 +121,35 @@ def parse(raw: bytes, content_type: str | None) -> tuple[dict[str, Any] | None, 
             return None, "a string in the body is not valid unicode (a lone surrogate)"
     problem = _check(body, "")
     return (None, problem) if problem else (body, "")
+
+
+def bolt_text(raw: bytes, content_type: str | None, body: dict[str, Any]) -> str:
+    """The text to hand bolt for ``body`` (what :func:`parse` made of ``raw``), which bolt's
+    ``parse_body`` reads back as ``body`` exactly: a JSON body as it came (the bytes just
+    checked, never re-decoded with a charset it names), a form body (a slash command, a
+    button press's ``payload=``) as JSON, which bolt takes as JSON by its leading ``{``
+    whatever the Content-Type says."""
+    text = raw.decode("utf-8")
+    return text if _is_json(text, content_type) else json.dumps(body)
+
+
+def _is_json(text: str, content_type: str | None) -> bool:
+    """JSON (events, url_verification) or a form (slash commands, interactivity), as Slack
+    and bolt tell them apart."""
+    return content_type == "application/json" or text.startswith("{")
+
+
+def _parse_text(text: str, as_json: bool) -> Any:
+    """A JSON body, or a form whose ``payload`` field (interactivity), when it has one, is
+    the JSON body; a form without one (a slash command) is its fields."""
+    if as_json:
+        return json.loads(text)
+    if not text:
+        return {}
+    fields = dict(parse_qsl(text, keep_blank_values=True))
+    if "payload" in fields:
+        return json.loads(fields["payload"])
+    return fields
 
 
 def _check(obj: dict[str, Any], where: str) -> str | None:
