@@ -312,8 +312,9 @@ class SlackAdapter:
         if not isinstance(user, str) or not isinstance(channel, str) or not event.get("ts"):
             return self._ignore("no user, channel or ts")
         team = str(body.get("team_id") or event.get("team") or "")
+        user_team = _sender_team(event, team)
         ts, thread_ts = str(event["ts"]), event.get("thread_ts")
-        ids = [user, channel, ts] + [v for v in (team, thread_ts) if v]
+        ids = [user, channel, ts] + [v for v in (team, user_team, thread_ts) if v]
         if not all(isinstance(v, str) and SLACK_ID.match(v) for v in ids):
             return self._ignore("a user, channel, team or ts that is not a Slack id")
         raw_text = str(event.get("text") or "")
@@ -333,8 +334,15 @@ class SlackAdapter:
             reply_ts = thread_ts
             if await self.ctx.store.conversation_by_key(key) is None:
                 return self._ignore("a thread the bot is not part of")
-        if not self._allowed(team, channel, user):
-            log.info("slack: ignored %s from %s in %s/%s (not allowed)", kind, user, team, channel)
+        if not self._allowed(user_team, channel, user):
+            log.info(
+                "slack: ignored %s from %s of %s in %s/%s (not allowed)",
+                kind,
+                user,
+                user_team,
+                team,
+                channel,
+            )
             self._count("denied")
             return None
         attachments = _attachments(event)
@@ -391,10 +399,12 @@ class SlackAdapter:
         message_ts = container.get("message_ts") or message.get("ts")
         thread_ts = container.get("thread_ts") or message.get("thread_ts")
         team = str(_obj(body.get("team")).get("id") or user_info.get("team_id") or "")
+        # the presser's own workspace for the allowlist (Slack Connect: not the app's)
+        user_team = str(user_info.get("team_id") or team)
         if not user or not channel or not isinstance(value, str) or not value:
             log.info("slack: ignored a block action without user, channel or value")
             return None
-        if not self._allowed(team, channel, user):
+        if not self._allowed(user_team, channel, user):
             log.info("slack: ignored a press by %s in %s (not allowed)", user, channel)
             self._count("denied")
             return None
@@ -514,6 +524,18 @@ def _event_response(refusal: BoltResponse | None) -> web.Response:
     if refusal is None:
         return web.Response(status=200)
     return web.Response(status=refusal.status, text=refusal.body)
+
+
+def _sender_team(event: dict[str, Any], team: str) -> str:
+    """The workspace of the person who wrote ``event``, which ``allowed_teams`` is about. In
+    a Slack Connect channel (shared with another organisation) the envelope's ``team_id`` is
+    the workspace the app is installed in, whoever wrote: an external member's own is the
+    event's ``user_team`` (or its ``team``). ``team`` (the envelope's) when neither is set."""
+    for field in ("user_team", "team"):
+        value = event.get(field)
+        if isinstance(value, str) and value:
+            return value
+    return team
 
 
 def _obj(value: Any) -> dict[str, Any]:

@@ -42,7 +42,8 @@ class SlackSettings(BaseModel):
     # looked up by its reply key before it is sent again)
     api_timeout_s: int = Field(default=30, ge=1)
     # Each list that is set must contain the message's team / channel / user (DM channel
-    # ids included in allowed_channels); with none set, allow_everyone must be true.
+    # ids included in allowed_channels; the team is the sender's own workspace, an external
+    # one in a Slack Connect channel); with none set, allow_everyone must be true.
     allowed_teams: list[str] = []
     allowed_channels: list[str] = []
     allowed_users: list[str] = []
