@@ -14,9 +14,14 @@ directories), and only then is the tarball deleted. The tarball is written to a 
 flushed and renamed, and the packed home leaves ``chats/`` in one rename before it is
 deleted, so a crash (or a delete that fails half-way) leaves the home or a whole archive.
 
-One lock file (``archive/.lock``) keeps an archive from racing a restore or a home being
-built: archiving and restoring hold it exclusively, :meth:`Homes.ensure` holds it shared.
-This module knows nothing about chat; whether a home is busy is the caller's question.
+A lock per home (``state/home-locks/<home>``) keeps an archive of that home from racing its
+restore, its being built or a run starting in it: archiving and restoring hold it
+exclusively, :meth:`Homes.ensure` and :meth:`Homes.present` shared. Per home, not one for
+the root: packing a big home takes minutes, and every other conversation's next message
+must still get its home meanwhile. (The lock files live in ``state/``, not in
+``archive/``, which holds tarballs only; one empty file per home, never removed, since
+removing a lock file another process may have open is a race.) This module knows nothing
+about chat; whether a home is busy is the caller's question.
 """
 
 from __future__ import annotations
@@ -39,13 +44,13 @@ from typing import IO
 from . import pinned
 from .errors import ProvisioningError
 from .layout import ARCHIVE_DIR, Layout, RootInfo
-from .modes import ARCHIVE_DIR_MODE, STATE_FILE_MODE
+from .modes import ARCHIVE_DIR_MODE, LOCKS_DIR_MODE, STATE_FILE_MODE
 from .safefs import fsync_dir
 
 log = logging.getLogger(__name__)
 
 SUFFIX = ".tar.gz"
-LOCK_NAME = ".lock"
+LOCKS_DIR = "home-locks"  # in <root>/state: one lock file per home (see the module docstring)
 COPY_CHUNK = 1024 * 1024
 MAX_PACK_DEPTH = 512  # directory levels below the home; a deeper home is not archived
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -89,16 +94,24 @@ def _archive_dir(root: RootInfo) -> int:
         return pinned.ensure_dir(root_fd, ARCHIVE_DIR, ARCHIVE_DIR_MODE, None, root.operator_gid)
 
 
+def _locks_dir(root: RootInfo) -> int:
+    """Open (creating or repairing) ``<root>/state/home-locks``: 2750 gateway:O."""
+    with pinned.opened_dir(root.layout.state) as state_fd:
+        return pinned.ensure_dir(state_fd, LOCKS_DIR, LOCKS_DIR_MODE, None, root.operator_gid)
+
+
 @contextmanager
-def home_lock(root: RootInfo, *, exclusive: bool) -> Iterator[None]:
-    """Hold ``archive/.lock``: exclusive to archive or restore, shared to build a home."""
+def home_lock(root: RootInfo, name: str, *, exclusive: bool) -> Iterator[None]:
+    """Hold home ``name``'s lock: exclusive to archive or restore it, shared to build it or
+    start a run in it. Homes other than ``name`` are not held up."""
+    lock_name = root.layout.home(name).name  # refuses a name that is not a home's
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:  # archive/ is the gateway's own (2750): no conversation can plant a link in it
-        fd = os.open(root.layout.archive / LOCK_NAME, flags, STATE_FILE_MODE)
-    except FileNotFoundError:  # a root made before archive/ existed
-        dir_fd = _archive_dir(root)
+    try:  # state/ is the gateway's own (2750): no conversation can plant a link in it
+        fd = os.open(root.layout.state / LOCKS_DIR / lock_name, flags, STATE_FILE_MODE)
+    except FileNotFoundError:  # the first lock taken on this root
+        dir_fd = _locks_dir(root)
         try:
-            fd = os.open(LOCK_NAME, flags, STATE_FILE_MODE, dir_fd=dir_fd)
+            fd = os.open(lock_name, flags, STATE_FILE_MODE, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
     try:
@@ -226,7 +239,7 @@ def archive_home(
     layout = root.layout
     home = layout.home(name)
     target = tarball_path(layout, name)
-    with home_lock(root, exclusive=True):
+    with home_lock(root, name, exclusive=True):
         if check is not None:
             check()
         try:
@@ -433,7 +446,7 @@ def restore_home(root: RootInfo, name: str) -> ArchiveResult:
     layout = root.layout
     home = layout.home(name)
     source = tarball_path(layout, name)
-    with home_lock(root, exclusive=True):
+    with home_lock(root, name, exclusive=True):
         if os.path.lexists(home):
             raise ArchiveError(f"{home} exists; move it away before restoring {source}")
         if not source.is_file():

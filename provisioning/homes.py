@@ -104,12 +104,12 @@ class Homes:
             isolated=self.isolated,
         )
         # An archived home comes back before anything is built (archive.py). Building holds
-        # the archive lock shared, so a home is never packed away half-built, and "is it
+        # the home's archive lock shared, so a home is never packed away half-built, and "is it
         # archived?" is asked under that lock: asked before it, an archive landing in
         # between had a fresh empty home built beside its tarball.
         restored = False
         while True:
-            with archive.home_lock(self.root, exclusive=False):
+            with archive.home_lock(self.root, name, exclusive=False):
                 if not archive.is_archived(self.root.layout, name):
                     self._build(home)
                     self._walk_once(home, again=restored)
@@ -151,7 +151,7 @@ class Homes:
         Checked under the archive lock: a caller that has recorded its run as started before
         asking is safe, since archiving checks for runs under the same lock.
         """
-        with archive.home_lock(self.root, exclusive=False):
+        with archive.home_lock(self.root, home.name, exclusive=False):
             return os.path.isdir(home.path)
 
     def _build(self, home: Home) -> None:

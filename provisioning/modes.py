@@ -15,6 +15,7 @@ PERSONAS_MODE = 0o0755  # rwxr-xr-x  shared read-only personas
 STATE_DIR_MODE = 0o2750  # rwxr-s---  the gateway's own stores: never world-readable
 STATE_FILE_MODE = 0o0640  # rw-r-----
 ARCHIVE_DIR_MODE = 0o2750  # rwxr-s---
+LOCKS_DIR_MODE = 0o2750  # rwxr-s---  state/home-locks: the per-home archive locks
 TOOLS_DIR_MODE = 0o0755  # rwxr-xr-x  shared runner tools (the reference runner), read-only
 
 # One conversation's home when it has its own account (isolated).
