@@ -13,8 +13,13 @@ store that cannot write for a while (a full disk) is waited out while the conver
 later replies wait behind this one, so none overtakes another, none is stranded and none
 that went out is sent again; only a gateway that stops meanwhile leaves the mark unwritten
 (the next start then sends it in doubt, as above).
-Transient failures are retried with backoff (honouring a platform's retry-after); a
-permanent one is recorded as failed and logged, never silently dropped. A rate limit (a
+Transient failures are retried with backoff (honouring a platform's retry-after): quickly
+at first, then every ``SLOW_BACKOFF_S``, until the reply is ``PATIENCE_S`` old (counted
+from when it was recorded, so across restarts too). An answer the agent took minutes to
+make is not given up over a platform's half-minute outage; one that a platform refuses
+for an hour (a failure that is not passing after all) is then given up so the
+conversation's later replies are not held for ever. A permanent failure is recorded as
+failed at once; neither is silently dropped: both are logged and counted. A rate limit (a
 failure carrying a retry-after) is a refusal, not a failed attempt: nothing was posted, so
 it neither uses up the attempt budget nor puts the reply in doubt; a storm of them is
 waited out for up to ``MAX_RATE_LIMITED_S`` in all.
@@ -27,6 +32,7 @@ import contextlib
 import functools
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
@@ -40,8 +46,10 @@ from .store import ReplyRecord, Store, StoreRetry
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 6
+MAX_ATTEMPTS = 6  # tries at a growing pace (1, 2, 4 ... s); then every SLOW_BACKOFF_S
 MAX_BACKOFF_S = 30.0
+SLOW_BACKOFF_S = 300.0
+PATIENCE_S = 3600.0  # transient failures are retried until a reply is this old
 MAX_RATE_LIMITED_S = 900.0  # waiting out a platform's rate limits, per reply, at most
 DONE_MEMORY = 100_000
 
@@ -166,16 +174,16 @@ class Deliverer:
                         return False
                 else:
                     self._maybe_twice(rec, blind)
-                    if exc.permanent or attempt >= MAX_ATTEMPTS:
+                    if exc.permanent or self._patience_over(rec, attempt):
                         await self._failed(rec, str(exc))
                         return False
-                    delay = min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
+                    delay = self._backoff(rec, attempt, exc)
             except (OSError, TimeoutError) as exc:
                 self._maybe_twice(rec, blind)
-                if attempt >= MAX_ATTEMPTS:
+                if self._patience_over(rec, attempt):
                     await self._failed(rec, f"{type(exc).__name__}: {exc}")
                     return False
-                delay = min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
+                delay = self._backoff(rec, attempt, exc)
             else:
                 self._maybe_twice(rec, blind)
                 await self._mark(rec, ReplyState.SENT, platform_ref=ref)
@@ -187,6 +195,29 @@ class Deliverer:
             log.info("reply %d: retrying in %.1fs (attempt %d)", rec.id, delay, attempt)
             self.metrics.replies.labels(rec.target.surface, "retried").inc()
             await asyncio.sleep(delay)  # backoff between attempts, not synchronisation
+
+    @staticmethod
+    def _patience_over(rec: ReplyRecord, attempt: int) -> bool:
+        """Whether a transient failure ends the reply's tries (see the module docstring)."""
+        return attempt >= MAX_ATTEMPTS and time.time() - rec.created_at >= PATIENCE_S
+
+    @staticmethod
+    def _backoff(rec: ReplyRecord, attempt: int, exc: Exception) -> float:
+        """The pause before the next try: doubling up to MAX_BACKOFF_S, then slow."""
+        if attempt < MAX_ATTEMPTS:
+            return min(2.0 ** (attempt - 1), MAX_BACKOFF_S)
+        if attempt == MAX_ATTEMPTS:
+            log.warning(
+                "reply %d to %s: not delivered after %d tries (%s); trying again every %.0fs "
+                "for up to %.0f minutes from its making (the conversation's later replies wait)",
+                rec.id,
+                rec.target.thread_key,
+                attempt,
+                exc,
+                SLOW_BACKOFF_S,
+                PATIENCE_S / 60,
+            )
+        return SLOW_BACKOFF_S
 
     def _maybe_twice(self, rec: ReplyRecord, blind: bool) -> None:
         """Count (and say) a try that was made blind after one that may have landed."""
