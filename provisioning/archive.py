@@ -14,6 +14,16 @@ directories), and only then is the tarball deleted. The tarball is written to a 
 flushed and renamed, and the packed home leaves ``chats/`` in one rename before it is
 deleted, so a crash (or a delete that fails half-way) leaves the home or a whole archive.
 
+A file with holes (``truncate -s 1T`` costs a conversation nothing) is packed by its data
+only: a file whose allocated blocks are fewer than its size is read extent by extent
+(``SEEK_DATA``/``SEEK_HOLE``) and stored as a GNU sparse member (format 1.0, in PAX
+headers: the extent map, then the data), which ``tarfile`` and GNU tar both read, so the
+cost of packing follows the data, not the apparent size. Restoring writes a sparse member's
+extents and truncates it to its size, so holes stay holes; any other file's all-zero
+stretches of :data:`COPY_CHUNK` are skipped too (holes; the same bytes), which also keeps
+an archive made before this from filling the disk. A file with more extents than
+:data:`MAX_SPARSE_EXTENTS` (the map is held in memory) is stored whole, with a warning.
+
 A lock per home (``state/home-locks/<home>``) keeps an archive of that home from racing its
 restore, its being built or a run starting in it: archiving and restoring hold it
 exclusively, :meth:`Homes.ensure` and :meth:`Homes.present` shared. Per home, not one for
@@ -26,6 +36,7 @@ about chat; whether a home is busy is the caller's question.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import gzip
 import logging
@@ -52,6 +63,9 @@ log = logging.getLogger(__name__)
 SUFFIX = ".tar.gz"
 LOCKS_DIR = "home-locks"  # in <root>/state: one lock file per home (see the module docstring)
 COPY_CHUNK = 1024 * 1024
+ZEROS = bytes(COPY_CHUNK)
+MAX_SPARSE_EXTENTS = 1 << 16  # extents of one file stored sparse (its map is in memory: ~10 MB)
+SPARSE_DIR = "GNUSparseFile.0"  # GNU tar's header name for a sparse member (the real one in PAX)
 MAX_PACK_DEPTH = 512  # directory levels below the home; a deeper home is not archived
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -188,8 +202,14 @@ def _pack_dir(
                     continue
                 info = _info(arc, fst)
                 info.type = tarfile.REGTYPE
-                info.size = fst.st_size
-                tar.addfile(info, _Exactly(fh, fst.st_size))
+                extents = _data_extents(fd, fst, arc)
+                if extents is None:
+                    info.size = fst.st_size
+                    tar.addfile(info, _Exactly(fh, fst.st_size))
+                else:
+                    data = _SparseData(fd, extents, fst.st_size)
+                    _sparse_info(info, fst.st_size, data.size)
+                    tar.addfile(info, data)
                 count += 1
         elif stat.S_ISLNK(st.st_mode):
             info = _info(arc, st)
@@ -206,6 +226,110 @@ def _dir_info(arcname: str, fd: int) -> tarfile.TarInfo:
     info = _info(arcname, os.fstat(fd))
     info.type = tarfile.DIRTYPE
     return info
+
+
+def _data_extents(fd: int, st: os.stat_result, arc: str) -> list[tuple[int, int]] | None:
+    """The (offset, length) runs of data of a file with holes, or None to store it whole.
+
+    Only a file with fewer allocated bytes than its size can have holes; the extents are
+    found with ``SEEK_DATA``/``SEEK_HOLE`` (a filesystem without them reports one extent,
+    the whole file). A file that ends in a hole gets GNU tar's closing ``(size, 0)``.
+    """
+    if st.st_blocks * 512 >= st.st_size:
+        return None
+    try:
+        return _seek_extents(fd, st.st_size, arc)
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)  # stored whole after all: read from the start
+
+
+def _seek_extents(fd: int, size: int, arc: str) -> list[tuple[int, int]] | None:
+    """:func:`_data_extents`' walk; it moves the file's offset, which the caller resets."""
+    extents: list[tuple[int, int]] = []
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # only a hole from pos on
+                break
+            return None  # no SEEK_DATA here: read it all, as before
+        if start >= size:
+            break
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        extents.append((start, end - start))
+        if len(extents) > MAX_SPARSE_EXTENTS:
+            log.warning(
+                "archiving %s: more than %d data extents; stored whole (its holes are read "
+                "as zeros; whole MiBs of zeros come back as holes)",
+                arc,
+                MAX_SPARSE_EXTENTS,
+            )
+            return None
+        pos = end
+    if extents == [(0, size)]:
+        return None  # no hole after all (a compressed filesystem's block count)
+    if not extents or sum(extents[-1]) < size:
+        extents.append((size, 0))
+    return extents
+
+
+def _sparse_info(info: tarfile.TarInfo, real_size: int, stored: int) -> None:
+    """Make ``info`` a GNU sparse 1.0 member: the header names ``GNUSparseFile.0/<base>``
+    (what a tar without sparse support would extract, map included), PAX carries the real
+    name and size. ``path`` comes first: of the two, the later record wins on reading."""
+    real = info.name
+    head, _, base = real.rpartition("/")
+    info.pax_headers = {
+        "path": f"{head}/{SPARSE_DIR}/{base}",
+        "GNU.sparse.major": "1",
+        "GNU.sparse.minor": "0",
+        "GNU.sparse.name": real,
+        "GNU.sparse.realsize": str(real_size),
+    }
+    info.name = f"{head}/{SPARSE_DIR}/{base}"
+    info.size = stored
+
+
+class _SparseData:
+    """A sparse member's data as the tar stream holds it: the extent map (count, then each
+    offset and length, one number a line, padded to a block), then each extent's bytes.
+    Like :class:`_Exactly`, an extent that shrank meanwhile is padded with zeros."""
+
+    def __init__(self, fd: int, extents: list[tuple[int, int]], real_size: int) -> None:
+        numbers = [len(extents), *(n for extent in extents for n in extent)]
+        text = "".join(f"{n}\n" for n in numbers).encode()
+        self.map = text + bytes(-len(text) % tarfile.BLOCKSIZE)
+        self.fd, self.extents = fd, extents
+        self.size = len(self.map) + sum(length for _, length in extents)
+        self._chunks = self._read_all()
+        self._chunk, self._at = b"", 0
+
+    def _read_all(self) -> Iterator[bytes]:
+        yield self.map
+        for offset, length in self.extents:
+            done = 0
+            while done < length:
+                want = min(COPY_CHUNK, length - done)
+                data = os.pread(self.fd, want, offset + done)
+                if len(data) < want:
+                    data += bytes(want - len(data))
+                done += want
+                yield data
+
+    def read(self, n: int = -1) -> bytes:
+        """``n`` bytes (all that is left when fewer or ``n`` < 0): tarfile wants them whole."""
+        parts: list[bytes] = []
+        while n != 0:
+            if self._at >= len(self._chunk):
+                self._chunk, self._at = next(self._chunks, b""), 0
+                if not self._chunk:
+                    break
+            take = len(self._chunk) - self._at if n < 0 else min(n, len(self._chunk) - self._at)
+            parts.append(self._chunk[self._at : self._at + take])
+            self._at += take
+            n = n - take if n > 0 else n
+        return b"".join(parts)
 
 
 class _Exactly:
@@ -399,7 +523,7 @@ def _extract(tar: tarfile.TarFile, staging_fd: int, name: str, layout: Layout) -
             finally:
                 os.close(parent)
             with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(src, out, COPY_CHUNK)
+                _write_with_holes(src, out, member)
                 out.flush()
                 _owner(fd, member.uid, member.gid)  # before the mode: chown clears setgid
                 os.fchmod(fd, member.mode & 0o7777)
@@ -435,6 +559,35 @@ def _extract(tar: tarfile.TarFile, staging_fd: int, name: str, layout: Layout) -
         finally:
             os.close(fd)
     return refused
+
+
+def _write_with_holes(src: IO[bytes], out: IO[bytes], member: tarfile.TarInfo) -> None:
+    """Write ``member``'s bytes to ``out`` leaving holes where it had them.
+
+    A sparse member's extents are written where they belong (``src`` reads its holes as
+    zeros; they are never read); of the rest, a whole :data:`COPY_CHUNK` of zeros is
+    skipped. The file is then truncated to its size, so a trailing hole is a hole too.
+    """
+    sparse: list[tuple[int, int]] | None = getattr(member, "sparse", None)  # typeshed: bytes
+    extents = sparse if sparse is not None else [(0, member.size)]
+    end = 0
+    for offset, length in extents:
+        if offset < end or length < 0 or offset + length > member.size:
+            raise ArchiveError(f"{member.name}: a sparse map out of order or past its size")
+        src.seek(offset)
+        out.seek(offset)
+        left = length
+        while left > 0:
+            chunk = src.read(min(COPY_CHUNK, left))
+            if not chunk:
+                raise ArchiveError(f"{member.name}: the archive ends inside its data")
+            left -= len(chunk)
+            if chunk == ZEROS[: len(chunk)] and len(chunk) == COPY_CHUNK:
+                out.seek(len(chunk), os.SEEK_CUR)  # a hole, the same bytes
+            else:
+                out.write(chunk)
+        end = offset + length
+    out.truncate(member.size)
 
 
 def restore_home(root: RootInfo, name: str) -> ArchiveResult:
