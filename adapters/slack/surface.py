@@ -4,7 +4,12 @@ Answers go out as ``markdown_text`` (Slack renders standard Markdown there); pro
 progress bubble as Block Kit (a ``markdown`` block plus buttons whose ``value`` is the
 core's opaque token). Every ``chat.postMessage`` carries its reply key in the message
 metadata, so after an unclear failure (the connection dropped, Slack answered 5xx) the
-thread is searched for it before the message is sent again: never a blind duplicate. The
+thread is searched for it before the message is sent again: never a blind duplicate. Slack
+may still be carrying out a request the client gave up on (its timeout, ``api_timeout_s``,
+fired while Slack was slow): a search made then, a second later, does not find the reply
+yet, and a resend would post it twice once the first request lands. So after an unclear
+failure "not there" is believed only ``IN_FLIGHT_GRACE_S`` after it: a search before that
+that finds nothing waits until then (asyncio, bounded) and searches again. The
 same search is the core's :class:`~bridge.ports.ConfirmsDelivery` hook (``find_sent``), so
 a reply found undelivered after a crash is looked up before it is sent again. A file has no
 metadata: an upload whose answer was lost is looked for by its name and size among the
@@ -54,6 +59,10 @@ DOWNLOAD_CHUNK = 64 * 1024
 MAX_EDIT_STATE = 2000  # messages whose edit order is tracked; idle ones are forgotten past this
 LOOKUP_PAGES = 10  # conversations.replies/history pages searched for a reply key
 CLOCK_SKEW_S = 60.0  # an upload in doubt is looked for among files posted since (this much)
+# after an unclear failure (no answer in api_timeout_s, a dropped connection, a 5xx), how
+# long Slack may still be carrying the request out: a search sooner that finds nothing is
+# made again then, before the reply is sent again
+IN_FLIGHT_GRACE_S = 10.0
 CHAT_UPDATE_PER_MINUTE = 50  # Slack Tier 3, per workspace: no minute holds more edits
 CHAT_UPDATE_BURST = 5  # of those, how many one workspace may make at once after a quiet spell
 CLOSE_FLUSH_S = 5.0  # held edits still being sent when the surface closes get this long
@@ -409,6 +418,9 @@ class SlackSurface:
         # reply key -> (file name, size, when it was sent) of an upload that failed in a way
         # that may have landed: a file message has no metadata, so it is found by its file
         self._uploads_in_doubt: dict[str, tuple[str, int, float]] = {}
+        # reply key -> monotonic time until which Slack may still carry out its unclear
+        # request (post or upload): "not there" is not believed before then
+        self._in_flight_until: dict[str, float] = {}
         self._no_status: set[str] = set()  # channels where assistant status is unavailable
         self._session: aiohttp.ClientSession | None = None
         # (Web API method, team) -> monotonic time a 429 reopens it
@@ -555,8 +567,10 @@ class SlackSurface:
             self._note("chat.postMessage", team, exc)
             if _unclear(exc):
                 self._unclear[reply_key] = (channel, thread_ts)
+                self._in_flight_until[reply_key] = time.monotonic() + IN_FLIGHT_GRACE_S
             raise slack_error(exc, "chat.postMessage") from exc
         self._unclear.pop(reply_key, None)
+        self._in_flight_until.pop(reply_key, None)
         return f"{channel}:{response['ts']}"
 
     async def find_sent(self, target: ReplyTarget, reply_key: str) -> str | None:
@@ -582,8 +596,33 @@ class SlackSurface:
         self, team: str, channel: str, thread_ts: str | None, reply_key: str
     ) -> str | None:
         """Search the thread (or the channel's newest messages) for the reply (see
-        :meth:`_matches`). None only when Slack said it is not there; a failed search
-        raises :class:`DeliveryError` (the caller asks again rather than post twice)."""
+        :meth:`_matches`). None only when Slack said it is not there, and its unclear request
+        can no longer be under way (else the search waits for that and is made again); a
+        failed search raises :class:`DeliveryError` (the caller asks again rather than post
+        twice)."""
+        found = await self._search(team, channel, thread_ts, reply_key)
+        wait = self._in_flight_until.get(reply_key, 0.0) - time.monotonic()
+        if found is None and wait > 0:
+            log.info(
+                "slack: reply %s not found yet after an unclear request; Slack may still be "
+                "carrying it out: looking again in %.1fs",
+                reply_key,
+                wait,
+            )
+            await asyncio.sleep(wait)  # waiting out Slack's work on it, not synchronisation
+            found = await self._search(team, channel, thread_ts, reply_key)
+        # found, or Slack says it is not there when it can no longer be on its way
+        self._unclear.pop(reply_key, None)
+        self._uploads_in_doubt.pop(reply_key, None)
+        self._in_flight_until.pop(reply_key, None)
+        return found
+
+    async def _search(
+        self, team: str, channel: str, thread_ts: str | None, reply_key: str
+    ) -> str | None:
+        """One search of the thread (or the channel's newest messages) for the reply: its
+        reference, None when Slack says it is not there; :class:`DeliveryError` when the
+        search failed or could not reach far enough back."""
         method = "conversations.replies" if thread_ts else "conversations.history"
         cursor: str | None = None
         for _page in range(LOOKUP_PAGES):
@@ -608,14 +647,10 @@ class SlackSurface:
             for msg in response.get("messages") or []:
                 found = self._matches(msg, channel, reply_key)
                 if found is not None:
-                    self._unclear.pop(reply_key, None)
-                    self._uploads_in_doubt.pop(reply_key, None)
                     return found
             cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
             if not response.get("has_more") or not cursor:
-                self._unclear.pop(reply_key, None)  # Slack says it is not there
-                self._uploads_in_doubt.pop(reply_key, None)
-                return None
+                return None  # Slack says it is not there
         where = "replies of the thread" if thread_ts else "messages of the conversation"
         raise DeliveryError(
             f"{method}: reply {reply_key} not found in the {LOOKUP_PAGES * 200} newest {where}; "
@@ -725,8 +760,10 @@ class SlackSurface:
             self._note("files.completeUploadExternal", team, exc)
             if _unclear(exc):  # it may be in the thread: find_sent looks before a resend
                 self._uploads_in_doubt[reply_key] = (name, len(data), sent_at)
+                self._in_flight_until[reply_key] = time.monotonic() + IN_FLIGHT_GRACE_S
             raise slack_error(exc, "files_upload_v2") from exc
         self._uploads_in_doubt.pop(reply_key, None)
+        self._in_flight_until.pop(reply_key, None)
         files = response.get("files") or [{}]
         return f"{channel}:{files[0].get('id') or reply_key}"
 
