@@ -32,6 +32,7 @@ from bridge.prompts import issued
 from bridge.store import StoreError
 
 from . import convert, guard
+from .moves import ChatMoves
 from .spec import TelegramSettings, check
 from .surface import TelegramSurface, retry_seconds
 from .transport import AiohttpRequest, env_proxy
@@ -84,6 +85,7 @@ class TelegramAdapter:
         self._stopped = asyncio.Event()  # ends the offset writer's pause at stop
         self._error: str | None = None
         self._addressed_albums: OrderedDict[str, None] = OrderedDict()  # see ALBUMS_KEPT
+        self._moves: ChatMoves | None = None  # groups upgraded to supergroups (moves.py)
 
     @property
     def surface(self) -> TelegramSurface:
@@ -113,12 +115,15 @@ class TelegramAdapter:
             group_trigger=s.group_trigger,
         )
         log.info("telegram: bot @%s (%d), %s mode", me.username, me.id, self.mode)
+        self._moves = ChatMoves(self.ctx.store, self._kv("moved-chats"))
 
     def _kv(self, name: str) -> str:
         assert self.rules is not None
         return f"telegram:{self.rules.bot_id}:{name}"
 
     async def start(self) -> None:
+        if self._moves is not None:
+            await self._moves.load()
         await self._sync_commands()
         if self.mode == "webhook":
             self._stopping = False
@@ -259,9 +264,17 @@ class TelegramAdapter:
             log.debug("telegram: %s %d ignored", kind, update.update_id)
             metrics.labels("telegram", "ignored").inc()
             return None
+        if message.migrate_to_chat_id or message.migrate_from_chat_id:
+            await self._note_move(message)
+            metrics.labels("telegram", "ignored").inc()
+            return None
         try:
             result = convert.to_inbound(
-                update.update_id, message, self.rules, self._addressed_albums.keys()
+                update.update_id,
+                message,
+                self.rules,
+                self._addressed_albums.keys(),
+                keyed_on=self._keyed_on(message.chat.id),
             )
         except Exception:
             log.exception("telegram: update %d could not be read; dropped", update.update_id)
@@ -275,6 +288,19 @@ class TelegramAdapter:
             self._addressed(result.part_of)
         submitted = await self.ctx.gateway.submit(result)
         return submitted.status
+
+    def _keyed_on(self, chat_id: int) -> int:
+        """The chat id a chat's conversations are keyed on (moves.py)."""
+        return self._moves.keyed_on(chat_id) if self._moves is not None else chat_id
+
+    async def _note_move(self, message: Message) -> None:
+        """A group became a supergroup: its conversations follow it (moves.py)."""
+        if self._moves is None:
+            return
+        if message.migrate_to_chat_id:  # posted in the old chat
+            await self._moves.note(message.chat.id, int(message.migrate_to_chat_id))
+        elif message.migrate_from_chat_id:  # posted in the new one
+            await self._moves.note(int(message.migrate_from_chat_id), message.chat.id)
 
     def _addressed(self, album: str) -> None:
         """Remember an album one part of which addressed the bot (see ALBUMS_KEPT)."""
@@ -300,7 +326,9 @@ class TelegramAdapter:
             if message.chat.type not in convert.SHARED_CHAT_TYPES:
                 continue
             with contextlib.suppress(Exception):  # process() logs it when it meets the update
-                result = convert.to_inbound(update.update_id, message, self.rules)
+                result = convert.to_inbound(
+                    update.update_id, message, self.rules, keyed_on=self._keyed_on(message.chat.id)
+                )
                 if isinstance(result, Inbound) and result.part_of is not None:
                     self._addressed(result.part_of)
 
@@ -317,9 +345,10 @@ class TelegramAdapter:
         text, alert = "", False
         pressed: tuple[Message, str, PressResult] | None = None
         try:
+            first = self._keyed_on(chat.id) if chat else None
             if not self.rules.user_allowed(
                 user, chat.id if chat else None, getattr(chat, "username", None)
-            ):
+            ) and not (chat and first != chat.id and self.rules.user_allowed(user, first, None)):
                 self.ctx.metrics.messages.labels("telegram", "denied").inc()
                 text, alert = "You are not allowed to use this bot.", True
             elif query.data:

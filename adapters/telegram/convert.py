@@ -698,8 +698,12 @@ def to_inbound(
     message: Message,
     rules: Rules,
     addressed_albums: AbstractSet[str] = frozenset(),
+    keyed_on: int | None = None,
 ) -> Inbound | Ignored:
     """The message as the core's Inbound, or why it is not one.
+
+    ``keyed_on``: the chat id the chat's conversations are keyed on when it is not its own
+    (a group upgraded to a supergroup, see moves.py); the allowlist takes either id.
 
     ``addressed_albums``: albums (:func:`album_of`) one part of which addressed the bot in a
     group; their other parts (a caption mentions the bot only on the first) are let in too.
@@ -713,7 +717,10 @@ def to_inbound(
         # answer, to bind buttons to, or to count a run against
         return Ignored("ignored", "sent on behalf of a chat, not by a person")
     chat = message.chat
-    if not rules.user_allowed(user, chat.id, chat.username):
+    first = chat.id if keyed_on is None else keyed_on
+    if not rules.user_allowed(user, chat.id, chat.username) and not (
+        first != chat.id and rules.user_allowed(user, first, None)
+    ):
         return Ignored("denied", f"user {user.id} in chat {chat.id} is not on the allowlist")
     text = message.text or message.caption or ""
     files = attachments(message)
@@ -751,7 +758,7 @@ def to_inbound(
     return Inbound(
         platform="telegram",
         event_id=f"{rules.bot_id}:{update_id}",
-        thread_key=thread_key(chat.id, topic),
+        thread_key=thread_key(first, topic),
         sender_id=str(user.id),
         sender_name=display_name(user),
         text=text,
