@@ -50,6 +50,7 @@ PLATFORM = "slack"
 SOCKET_CONNECT_CALLS = 2  # Socket Mode gets this many api_timeout_s to connect at start
 EVENTS_PATH = "/slack/events"
 PERSON_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
+CHECK_FILE_INFO = "check_file_info"  # a file sent with only its id: files.info has the rest
 THREAD_COMMANDS = re.compile(r"^\s*!(new|status|stop|help)(?=\s|$)", re.IGNORECASE)
 SLASH_COMMANDS = frozenset({"new", "status", "stop"})
 SLACK_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # U0123ABC, C0123ABC, T0123ABC, 1764669600.000100
@@ -89,11 +90,19 @@ def _unescape(raw: str) -> str:
 
 
 def _attachments(event: dict[str, Any]) -> tuple[Attachment, ...]:
+    """The message's files. One Slack sends as ``"file_access": "check_file_info"`` (Slack
+    Connect, some DMs) has only its id: it is kept with no URL, and the surface asks
+    files.info for the rest when the run downloads it (not here: the intake stays one
+    store write before the ack)."""
     found = []
     for f in event.get("files") or []:
         if not isinstance(f, dict):
             continue
         url = f.get("url_private_download") or f.get("url_private")
+        file_id = f.get("id")
+        if not url and f.get("file_access") == CHECK_FILE_INFO and isinstance(file_id, str):
+            found.append(Attachment(name=file_id, platform_id=file_id))
+            continue
         if not url:  # tombstoned, hidden by the plan's limit, or still processing
             continue
         size = f.get("size")

@@ -22,7 +22,7 @@ BOT_SCOPES = {
     "im:history": "message.im (DMs), and conversations.history after an unclear post",
     "mpim:history": "message.mpim (group DMs)",
     "chat:write": "postMessage, update, postEphemeral, assistant.threads.setStatus",
-    "files:read": "downloading files shared with a message",
+    "files:read": "downloading files shared with a message (files.info when sent by id)",
     "files:write": "files_upload_v2 of the agent's artifacts",
     "commands": "the /jazz slash command",
 }

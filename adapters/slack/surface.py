@@ -73,6 +73,8 @@ PERMANENT_ERRORS = frozenset(
         "channel_not_found",
         "edit_window_closed",
         "ekm_access_denied",
+        "file_deleted",
+        "file_not_found",
         "invalid_arguments",
         "invalid_auth",
         "invalid_blocks",
@@ -796,6 +798,11 @@ class SlackSurface:
         return parts.scheme == "https" and (host == "slack.com" or host.endswith(".slack.com"))
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        limit = min(max_bytes, self.max_file_bytes)
+        if not attachment.url and attachment.platform_id:  # sent as "check_file_info"
+            attachment = await self._file_info(attachment)
+            if attachment.size is not None and attachment.size > limit:
+                raise FileTooLarge(attachment.name, limit, attachment.size)
         url = attachment.url
         if not url:
             raise DeliveryError(f"the file {attachment.name} has no download URL", permanent=True)
@@ -805,7 +812,6 @@ class SlackSurface:
                 f"{attachment.name}: not a Slack host",
                 permanent=True,
             )
-        limit = min(max_bytes, self.max_file_bytes)
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
         headers = {"Authorization": f"Bearer {self._token}"}
@@ -833,3 +839,37 @@ class SlackSurface:
                 return b"".join(chunks)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise DeliveryError(f"downloading {attachment.name}: {exc}") from exc
+
+    async def _file_info(self, attachment: Attachment) -> Attachment:
+        """``attachment`` (a file Slack sent with only its id) with its name, size, type and
+        download URL from files.info. Its failure names the file, so the person is told
+        which one did not reach the agent; one Slack will not serve is permanent."""
+        file_id = str(attachment.platform_id)
+        try:
+            response = await self.client.files_info(file=file_id)
+        except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            error = slack_error(exc, "files.info")
+            raise DeliveryError(
+                f"the file {file_id} shared with the message could not be fetched ({error}); "
+                "send it again, or check that the app has files:read",
+                permanent=error.permanent,
+                retry_after=error.retry_after,
+            ) from exc
+        info = response.get("file")
+        info = info if isinstance(info, dict) else {}
+        url = info.get("url_private_download") or info.get("url_private")
+        name = str(info.get("name") or info.get("title") or file_id)
+        if not url:  # deleted, hidden by the plan's limit, still processing, or external
+            raise DeliveryError(
+                f"the file {name} ({file_id}) shared with the message has no download link on "
+                f"Slack (mode {info.get('mode') or 'unknown'}); send it again as an upload",
+                permanent=True,
+            )
+        size = info.get("size")
+        return Attachment(
+            name=name,
+            url=str(url),
+            size=size if isinstance(size, int) else None,
+            media_type=info.get("mimetype") or attachment.media_type,
+            platform_id=file_id,
+        )

@@ -70,6 +70,7 @@ METHOD_SCOPES = {
     "conversations_replies": "channels:history",  # and groups/im/mpim:history by channel
     "conversations_history": "channels:history",
     "files_upload_v2": "files:write",
+    "files_info": "files:read",  # a file shared as "check_file_info" (only its id)
 }
 
 
