@@ -328,8 +328,12 @@ class SlackAdapter:
             return self._ignore("a user, channel, team or ts that is not a Slack id")
         raw_text = str(event.get("text") or "")
         is_dm = event.get("channel_type") == "im"
-        if is_dm:  # one conversation per DM; a thread in a DM is its own
-            key = f"slack:{team}:{channel}" + (f":{thread_ts}" if thread_ts else "")
+        if is_dm and (not thread_ts or self._bot_wrote_root(event, bot)):
+            # one conversation per DM: a reply in a thread under one of the bot's own posts
+            # there (Slack offers "Reply in thread" on its prompts) answers it, as any message
+            key, reply_ts = f"slack:{team}:{channel}", None
+        elif is_dm:  # a thread the person started on their own message is its own
+            key = f"slack:{team}:{channel}:{thread_ts}"
             reply_ts = thread_ts
         elif kind == "app_mention":
             reply_ts = thread_ts or ts
@@ -374,6 +378,15 @@ class SlackAdapter:
             is_operator=user in self._operators,
             target={"team": team, "channel": channel, "thread_ts": reply_ts},
         )
+
+    def _bot_wrote_root(self, event: dict[str, Any], bot: str | None) -> bool:
+        """Is the thread ``event`` replies in under one of the bot's own posts? Slack says
+        who wrote a thread's root (``parent_user_id``); an event without it is asked of the
+        surface, which remembers its recent posts outside threads."""
+        parent = event.get("parent_user_id")
+        if isinstance(parent, str) and parent and bot:
+            return parent == bot
+        return self.surface.posted_top_level(str(event["channel"]), str(event["thread_ts"]))
 
     def _ignore(self, why: str) -> Inbound | None:
         log.debug("slack: ignored event (%s)", why)

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,7 @@ CLOCK_SKEW_S = 60.0  # an upload in doubt is looked for among files posted since
 # long Slack may still be carrying the request out: a search sooner that finds nothing is
 # made again then, before the reply is sent again
 IN_FLIGHT_GRACE_S = 10.0
+TOP_LEVEL_POSTS_KEPT = 10_000  # the newest top-level posts (a DM's) remembered as the bot's
 CHAT_UPDATE_PER_MINUTE = 50  # Slack Tier 3, per workspace: no minute holds more edits
 CHAT_UPDATE_BURST = 5  # of those, how many one workspace may make at once after a quiet spell
 CLOSE_FLUSH_S = 5.0  # held edits still being sent when the surface closes get this long
@@ -424,6 +426,9 @@ class SlackSurface:
         # request (post or upload): "not there" is not believed before then
         self._in_flight_until: dict[str, float] = {}
         self._no_status: set[str] = set()  # channels where assistant status is unavailable
+        # "channel:ts" of the newest posts made outside any thread (a DM conversation's): a
+        # reply in a thread under one is the DM's conversation (see :meth:`posted_top_level`)
+        self._top_level: OrderedDict[str, None] = OrderedDict()
         self._session: aiohttp.ClientSession | None = None
         # (Web API method, team) -> monotonic time a 429 reopens it
         self._closed_until: dict[tuple[str, str], float] = {}
@@ -573,7 +578,17 @@ class SlackSurface:
             raise slack_error(exc, "chat.postMessage") from exc
         self._unclear.pop(reply_key, None)
         self._in_flight_until.pop(reply_key, None)
-        return f"{channel}:{response['ts']}"
+        ref = f"{channel}:{response['ts']}"
+        if not thread_ts:
+            self._top_level[ref] = None
+            while len(self._top_level) > TOP_LEVEL_POSTS_KEPT:
+                self._top_level.popitem(last=False)
+        return ref
+
+    def posted_top_level(self, channel: str, ts: str) -> bool:
+        """Did this surface post ``channel``/``ts`` outside any thread (recently, since the
+        start)? For a thread reply whose event does not say who wrote its root."""
+        return f"{channel}:{ts}" in self._top_level
 
     async def find_sent(self, target: ReplyTarget, reply_key: str) -> str | None:
         """The core's question before a resend: did the message with ``reply_key`` land?"""
