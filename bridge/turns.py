@@ -1100,7 +1100,7 @@ class Engine:
         cap = self.settings.limits.max_attachment_bytes
         files = [Attachment.from_dict(raw) for raw in msg.attachments]
         paths: list[str] = []
-        left_out: list[FileTooLarge] = []
+        left_out: list[tuple[Attachment, DeliveryError]] = []
         for att in files:
             try:
                 if att.size is not None and att.size > cap:
@@ -1108,23 +1108,19 @@ class Engine:
                 if surface is None:
                     raise DeliveryError(f"no surface {msg.platform} to download {att.name} from")
                 data = await self._download(surface, att, cap)
-            except FileTooLarge as exc:
+            except DeliveryError as exc:
                 # one of several files (an album, say: a phone's video is often over the
-                # Bot API's 20 MB): the run gets those that fit, the person hears which not
-                if len(files) == 1:
+                # Bot API's 20 MB; or a file deleted since it was shared): the run gets those
+                # that came, the person hears which did not and why
+                if len(files) == 1 or self.stopping:
                     raise
-                left_out.append(exc)
+                left_out.append((att, exc))
                 continue
             paths.append(await asyncio.to_thread(save_attachment, home, msg.id, att.name, data))
         if left_out:
             if not paths:
-                raise left_out[0]  # nothing fit: refused, as one file over the limit is
-            names = ", ".join(
-                e.name if e.size is None else f"{e.name} ({e.size / MIB:.1f} MB)" for e in left_out
-            )
-            limit = min(e.limit for e in left_out)
-            text = f"⚠️ Left out, over the {limit / MIB:g} MB limit for files: {names}."
-            await self._notice(msg, f"left-out:{msg.id}", text)
+                raise left_out[0][1]  # nothing came: refused, as one file that cannot come is
+            await self._notice(msg, f"left-out:{msg.id}", _left_out_text(left_out))
         return paths
 
     async def _download(self, surface: Surface, att: Attachment, cap: int) -> bytes:
@@ -1309,6 +1305,25 @@ def _answered_prompt(msg: MessageRecord, prompts: list[PromptRecord]) -> PromptR
             return prompt
         return None
     return None
+
+
+def _left_out_text(left_out: list[tuple[Attachment, DeliveryError]]) -> str:
+    """The notice naming the files of a message the run went without, and why."""
+    large = [e for _, e in left_out if isinstance(e, FileTooLarge)]
+    lines = []
+    if large:
+        names = ", ".join(
+            e.name if e.size is None else f"{e.name} ({e.size / MIB:.1f} MB)" for e in large
+        )
+        limit = min(e.limit for e in large)
+        lines.append(f"⚠️ Left out, over the {limit / MIB:g} MB limit for files: {names}.")
+    for att, exc in left_out:
+        if not isinstance(exc, FileTooLarge):  # the error names the file, or it is named here
+            why = str(exc).rstrip(".")
+            lines.append(
+                f"⚠️ Left out: {why}." if att.name in why else f"⚠️ Left out, {att.name}: {why}."
+            )
+    return "\n".join(lines)
 
 
 def _remember(kept: OrderedDict[Any, Any], key: Any, value: Any, limit: int = HOMES_KEPT) -> None:

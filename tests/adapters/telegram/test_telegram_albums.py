@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fake_bot_api import Failure
 from tg_support import (
     ADA,
     BOT_NAME,
@@ -227,6 +228,27 @@ async def test_a_file_of_an_album_over_the_limit_is_left_out_and_the_rest_runs(
         assert "video-u13589170000000006-2.mp4 (25.0 MB)" in note, note
         assert "over the 20 MB limit" in note, note
         assert "media/13589170000000006-2.bin" not in fake.downloads
+
+
+async def test_a_file_of_an_album_telegram_cannot_give_is_left_out_and_the_rest_runs(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    """One photo of an album cannot be fetched (getFile refuses its id): the rest runs,
+    and the person is told which file the agent did not get and why (the whole album
+    failed with "could not answer")."""
+    chat = private_chat(ADA)
+    refused = {"ok": False, "error_code": 400, "description": "Bad Request: invalid file_id"}
+    fake.failures.append(
+        Failure("getFile", 400, refused, lambda p: p.get("file_id") == "13589170000000010-1")
+    )
+    async with running_gateway(env) as (app, _client):
+        for body in album(fake, 731360001, chat, "13589170000000010", "what are these"):
+            assert await post(app.port, body) == 200
+        (answer,) = await wait_sent(fake, ADA, "what are these")
+        assert "Attachments: 2." in answer.params["text"], answer.params["text"]
+        (note,) = texts(fake, ADA, "Left out")
+        assert "could not fetch photo-u13589170000000010-1.jpg" in note, note
+        assert "Invalid file_id" in note, note
 
 
 async def test_an_album_file_whose_size_only_getfile_tells_is_left_out_and_the_rest_runs(
