@@ -18,6 +18,10 @@ Descriptors are bounded: one per level is kept open for the innermost ``FD_BUDGE
 above that, a level's descriptor is closed and later recovered by opening ``..`` from its
 child and checking it is the same inode (if it is not, the directory was moved meanwhile and
 the rest of it is not walked: a failure). Directories deeper than ``MAX_DEPTH`` are refused.
+
+The traversal is :class:`TreeWalk`; what happens to each entry is a subclass's hooks. The
+repair rule here is one; handing a single-account home over to its new account
+(:mod:`provisioning.handover`) is the other, so both share one pinned walker.
 """
 
 from __future__ import annotations
@@ -44,7 +48,14 @@ _MARKER_OPEN = (
 )
 _S_IFMT = 0o170000
 _S_IFREG = stat.S_IFREG
+_NO_NAMES: frozenset[str] = frozenset()
 _SWAPPED = (errno.ELOOP, errno.ENOTDIR)  # opening a listed directory found a link or a file
+
+
+# What a regular-file hook did with its entry (TreeWalk.regular).
+UNCHANGED = 0  # nothing to do, or a failure it recorded itself
+CHANGED = 1
+SKIPPED = 2  # left alone: another account's, a hard link, swapped since it was listed
 
 
 @dataclass
@@ -120,22 +131,45 @@ def repair_home_tree(
             report.skipped_by_marker = True
             return report
         clear = OTHER_BITS if setgid_home else OTHER_BITS | GROUP_BITS
-        _Walk(report, owner_uid, clear).run(home_fd, str(home))
+        _RepairWalk(report, owner_uid, clear).run(home_fd, str(home))
         if report.failed == 0:
             _write_marker(home_fd, str(home), owner_uid, setgid_home, report)
         else:
-            _drop_stale_marker(home_fd)
+            drop_marker(home_fd)
     finally:
         os.close(home_fd)
     return report
 
 
-class _Walk:
-    def __init__(self, report: WalkReport, owner_uid: int, clear: int) -> None:
+class TreeWalk:
+    """The pinned traversal of a home; subclasses say what happens to each entry.
+
+    Hooks (each must record its own failures with ``report.fail`` and raise nothing):
+
+    * :meth:`directory` for every directory reached, the home included (``top``), with its
+      descriptor and the ``fstat`` of it (checked to be the inode the listing saw);
+    * :meth:`regular` for every regular file, with its directory's descriptor, its name and
+      its ``lstat``; it returns ``UNCHANGED``, ``CHANGED`` or ``SKIPPED``;
+    * :meth:`not_regular` for everything else (links, FIFOs, sockets, devices), counted as
+      skipped by the walk; never to be opened except ``O_PATH``.
+
+    Names in ``top_skip`` are passed over in the home itself (a walk's own markers).
+    """
+
+    top_skip: frozenset[str] = _NO_NAMES
+
+    def __init__(self, report: WalkReport) -> None:
         self.report = report
-        self.owner_uid = owner_uid
-        self.dir_keep = 0o7777 & ~clear
-        self.file_keep = 0o7777 & ~clear & ~SPECIAL_EXEC_BITS
+
+    def directory(self, fd: int, st: os.stat_result, where: str, *, top: bool) -> None:
+        """One directory, pinned by ``fd`` (already counted as checked)."""
+
+    def regular(self, dir_fd: int, name: str, st: os.stat_result, where: str) -> int:
+        """One regular file ``name`` in ``dir_fd`` (``where`` is the directory's path)."""
+        return UNCHANGED
+
+    def not_regular(self, dir_fd: int, entry: os.DirEntry[str], where: str) -> None:
+        """A link, FIFO, socket or device (already counted as checked and skipped)."""
 
     def run(self, home_fd: int, where: str) -> None:
         report = self.report
@@ -250,27 +284,14 @@ class _Walk:
         None when it could not be listed.
         """
         report = self.report
-        owner_uid = self.owner_uid
-        if st.st_uid == owner_uid:
-            mode = st.st_mode & 0o7777
-            want = mode & self.dir_keep
-            if want != mode:
-                try:
-                    os.fchmod(fd, want)
-                    report.changed += 1
-                except OSError as exc:
-                    report.fail(where, f"cannot change mode: {_why(exc)}")
-        else:
-            report.skipped += 1  # another account's directory: left as it is, walked into
+        self.directory(fd, st, where, top=top)
         try:
             it = os.scandir(fd)
         except OSError as exc:
             report.fail(where, f"cannot list: {_why(exc)}")
             return None
-        file_keep = self.file_keep
-        chmod_entry = pinned.chmod_entry
-        s_ifmt, s_ifreg = _S_IFMT, _S_IFREG
-        skip_name = REPAIR_MARKER if top else None
+        regular, not_regular = self.regular, self.not_regular
+        skip_names = self.top_skip if top else _NO_NAMES
         subdirs: list[tuple[str, int, int]] = []
         checked = changed = skipped = 0
         try:
@@ -288,9 +309,10 @@ class _Walk:
                     if not entry.is_file(follow_symlinks=False):
                         checked += 1
                         skipped += 1  # links, FIFOs, sockets, devices: never opened
+                        not_regular(fd, entry, where)
                         continue
                     name = entry.name
-                    if name == skip_name:
+                    if name in skip_names:
                         continue  # the walk's own marker, rewritten at the end
                     checked += 1
                     try:
@@ -298,26 +320,56 @@ class _Walk:
                     except OSError as exc:
                         report.fail(f"{where}/{name}", f"cannot stat: {_why(exc)}")
                         continue
-                    if est.st_uid != owner_uid or est.st_mode & s_ifmt != s_ifreg:
-                        skipped += 1  # another account's (or its hard link), or swapped
-                        continue
-                    mode = est.st_mode & 0o7777
-                    want = mode & file_keep
-                    if want == mode:
-                        continue
-                    try:
-                        if chmod_entry(fd, name, want, est):
-                            changed += 1
-                        else:
-                            skipped += 1  # a link by now
-                    except OSError as exc:
-                        report.fail(f"{where}/{name}", f"cannot change mode: {_why(exc)}")
+                    done = regular(fd, name, est, where)
+                    if done == CHANGED:
+                        changed += 1
+                    elif done == SKIPPED:
+                        skipped += 1
         except OSError as exc:  # reading the directory itself failed part way
             report.fail(where, f"cannot list: {_why(exc)}")
         report.checked += checked
         report.changed += changed
         report.skipped += skipped
         return subdirs
+
+
+class _RepairWalk(TreeWalk):
+    """The home-repair rule: clear ``clear`` (and setuid/setgid of files) on the owner's own."""
+
+    top_skip = frozenset({REPAIR_MARKER})
+
+    def __init__(self, report: WalkReport, owner_uid: int, clear: int) -> None:
+        super().__init__(report)
+        self.owner_uid = owner_uid
+        self.dir_keep = 0o7777 & ~clear
+        self.file_keep = 0o7777 & ~clear & ~SPECIAL_EXEC_BITS
+
+    def directory(self, fd: int, st: os.stat_result, where: str, *, top: bool) -> None:
+        report = self.report
+        if st.st_uid != self.owner_uid:
+            report.skipped += 1  # another account's directory: left as it is, walked into
+            return
+        mode = st.st_mode & 0o7777
+        want = mode & self.dir_keep
+        if want != mode:
+            try:
+                os.fchmod(fd, want)
+                report.changed += 1
+            except OSError as exc:
+                report.fail(where, f"cannot change mode: {_why(exc)}")
+
+    def regular(self, dir_fd: int, name: str, st: os.stat_result, where: str) -> int:
+        if st.st_uid != self.owner_uid or st.st_mode & _S_IFMT != _S_IFREG:
+            return SKIPPED  # another account's (or its hard link), or swapped
+        mode = st.st_mode & 0o7777
+        want = mode & self.file_keep
+        if want == mode:
+            return UNCHANGED
+        try:
+            return CHANGED if pinned.chmod_entry(dir_fd, name, want, st) else SKIPPED
+        except OSError as exc:
+            self.report.fail(f"{where}/{name}", f"cannot change mode: {_why(exc)}")
+            return UNCHANGED
 
 
 def _marker_present(home_fd: int) -> bool:
@@ -342,8 +394,12 @@ def _remove_marker(home_fd: int) -> None:
             raise exc from None
 
 
-def _drop_stale_marker(home_fd: int) -> None:
-    """After a walk with failures a marker from an earlier walk must not stop the next one."""
+def drop_marker(home_fd: int) -> None:
+    """Remove the repair marker (a regular file only), so the next ensure walks the home.
+
+    After a walk with failures a marker from an earlier walk must not stop the next one; after
+    a home changed hands (:mod:`provisioning.handover`) its next walk uses the new rule.
+    """
     try:
         st = os.stat(REPAIR_MARKER, dir_fd=home_fd, follow_symlinks=False)
         if stat.S_ISREG(st.st_mode):
