@@ -327,7 +327,9 @@ class SlackAdapter:
         if not all(isinstance(v, str) and SLACK_ID.match(v) for v in ids):
             return self._ignore("a user, channel, team or ts that is not a Slack id")
         raw_text = str(event.get("text") or "")
-        is_dm = event.get("channel_type") == "im"
+        # an app_mention carries no channel_type: a DM is also told by its channel id, or a
+        # mention in a DM, taken before its message.im twin, was keyed as a thread of its own
+        is_dm = event.get("channel_type") == "im" or channel.startswith("D")
         if is_dm and (not thread_ts or self._bot_wrote_root(event, bot)):
             # one conversation per DM: a reply in a thread under one of the bot's own posts
             # there (Slack offers "Reply in thread" on its prompts) answers it, as any message
