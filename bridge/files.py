@@ -82,6 +82,12 @@ def read_in_home(
     (where the kernel lets anyone link a file they can name) would otherwise have the
     gateway read, as root, a file the conversation itself cannot (its tokens, /etc/shadow).
     """
+    try:  # a NUL or a lone surrogate (a runner's JSON allows both) names no file
+        os.fsencode(path)
+        if "\0" in path:
+            raise ValueError("embedded null byte")
+    except (ValueError, UnicodeError) as exc:
+        raise UnsafePathError(f"artifact {path!r} is no path: {exc}") from None
     home_real = os.path.realpath(home_path)
     target = path if os.path.isabs(path) else os.path.join(home_path, path)
     rel = os.path.relpath(os.path.normpath(target), os.path.normpath(home_path))

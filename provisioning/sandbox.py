@@ -215,6 +215,10 @@ class RunIdentity:
                 f"--reuid={self.uid}",
                 f"--regid={self.gid}",
                 "--clear-groups",
+                # no set-user-ID program the run starts gains a privilege (sudo, su, a
+                # setuid binary in the home's reach): as the systemd unit's NoNewPrivileges,
+                # for a gateway started without it (serve.sh as root)
+                "--no-new-privs",
                 "--",
                 *argv,
             ]

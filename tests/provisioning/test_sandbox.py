@@ -21,7 +21,10 @@ from provisioning.sandbox import (
     setpriv_path,
 )
 
-PROBE = "id -u; id -g; id -G; umask; ps -o sid= -p $$; echo $$"
+PROBE = (
+    "id -u; id -g; id -G; umask; ps -o sid= -p $$; echo $$;"
+    " grep '^NoNewPrivs:' /proc/self/status | cut -f2"
+)
 
 GATEWAY_ENV = {
     "PATH": "/usr/bin:/bin",
@@ -70,12 +73,14 @@ def test_isolated_run_is_the_conversation_with_no_groups_and_umask_027(
         assert "user" not in ident.popen_kwargs()  # vfork stays possible
     else:
         assert ident.command(["x"]) == ["x"]
-    uid, gid, groups, umask, sid, pid = _probe(ident)[:6]
+    uid, gid, groups, umask, sid, pid, no_new_privs = _probe(ident)[:7]
     assert int(uid) == home.account.uid
     assert int(gid) == home.account.gid
     assert groups.split() == [str(home.account.gid)]  # no supplementary groups, not O, not root
     assert umask == "0027"
     assert sid.strip() == pid  # its own session
+    if use_setpriv:  # no setuid program it starts gains a privilege (sudo, su)
+        assert no_new_privs == "1"
     env = ident.env
     assert env["HOME"] == str(home.path)
     assert env["TMPDIR"] == f"{home.path}/tmp"
