@@ -24,6 +24,7 @@ from aiohttp import web
 
 from bridge import rules
 from bridge.model import Attachment, Inbound, Outgoing, ReplyKind, ReplyTarget
+from bridge.peers import peer_uid
 from bridge.ports import (
     AdapterContext,
     Capabilities,
@@ -198,6 +199,9 @@ class WebAdapter:
         async def guarded(request: web.Request) -> web.StreamResponse:
             if self._token is None and not is_loopback(_hostname(request.host)):
                 return _bad(f"this web chat answers on loopback only, not as {request.host!r}", 421)
+            if self._token is None and await self._from_a_run(request):
+                self.ctx.metrics.auth_failures.labels("web", "account").inc()
+                return _bad("a conversation's account may not use the web chat", 403)
             if request.method == "POST":
                 if request.content_type != "application/json":
                     return _bad("the body must be JSON (Content-Type: application/json)", 415)
@@ -208,6 +212,19 @@ class WebAdapter:
             return await handler(request)
 
         return guarded
+
+    async def _from_a_run(self, request: web.Request) -> bool:
+        """Whether the client is a conversation's account (a run on this host, see
+        bridge/peers.py): trusted loopback means the person at the keyboard, not an agent
+        asking for another conversation's thread."""
+        transport = request.transport
+        peer = transport.get_extra_info("peername") if transport else None
+        local = transport.get_extra_info("sockname") if transport else None
+        if not (isinstance(peer, tuple) and isinstance(local, tuple)):
+            return False  # not TCP (a Unix socket): no conversation reaches it
+        uid = await asyncio.to_thread(peer_uid, peer[:2], local[:2])
+        accounts = self.ctx.core.accounts
+        return uid is not None and accounts.uid_min <= uid <= accounts.uid_max
 
     def _authorized(self, request: web.Request) -> bool:
         if self._token is None:
