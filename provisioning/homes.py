@@ -7,6 +7,10 @@ mode everything is the gateway's, ``0700``/``0600``, without setgid. Every step 
 pinned directory descriptors, so a conversation that swaps entries for links can't make
 the gateway touch anything outside its home.
 
+A home made single-account (the gateway's) that an isolated root now gives to an account is
+handed over first (:mod:`provisioning.handover`): what the gateway's runs left in it becomes
+the account's, before the home directory itself changes hands.
+
 The first ``ensure`` of a home in a process also applies the home repair (the deep walk of
 :mod:`provisioning.walk`, honouring its marker): the gateway's start only does the shallow
 entrypoint repair, so whatever a conversation loosened or planted while the gateway was
@@ -23,7 +27,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import archive, naming, pinned
+from . import archive, handover, naming, pinned
 from .accounts import Account, AccountRegistry, current_account
 from .errors import ProvisioningError, UnsafePathError
 from .layout import RootInfo
@@ -161,6 +165,8 @@ class Homes:
         sub_mode = HOME_SUBDIR_MODE if home.isolated else PRIVATE_DIR_MODE
         file_mode = CONFIG_FILE_MODE if home.isolated else PRIVATE_FILE_MODE
         with pinned.opened_dir(layout.chats) as chats_fd:
+            if home.isolated:
+                self._hand_over(home, chats_fd)
             try:
                 home_fd = pinned.ensure_dir(chats_fd, home.name, dir_mode, uid, op_gid)
             except UnsafePathError as exc:
@@ -181,6 +187,29 @@ class Homes:
             )
             self._personas_link(home_fd, str(layout.personas))
             self._config(home, home_fd, file_mode, uid, op_gid)
+        finally:
+            os.close(home_fd)
+
+    @staticmethod
+    def _hand_over(home: Home, chats_fd: int) -> None:
+        """Finish (or start) the handover of a home the gateway's own account made.
+
+        Runs before the home directory is given to the account, so the home's owner (or the
+        handover's marker, written first) says that a handover is due until one succeeds.
+        A walk with failures is logged and tried again at the next ensure.
+        """
+        try:
+            home_fd = pinned.open_dir(home.name, chats_fd)
+        except (FileNotFoundError, UnsafePathError):
+            return  # a new home, or a link that ensure_dir refuses with its own message
+        try:
+            handover.hand_over(
+                home_fd,
+                str(home.path),
+                uid=home.account.uid,
+                gid=home.operator_gid,
+                gateway_uid=os.geteuid(),
+            )
         finally:
             os.close(home_fd)
 

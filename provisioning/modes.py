@@ -36,6 +36,12 @@ OTHER_BITS = stat.S_IRWXO  # ------rwx
 GROUP_BITS = stat.S_IRWXG  # ---rwx---
 SPECIAL_EXEC_BITS = stat.S_ISUID | stat.S_ISGID  # setuid/setgid, stripped from regular files
 
+# A home made single-account handed over to its conversation's new account (handover.py):
+# the setgid-home rule on what changes hands (owner's and group's bits kept, never widened).
+HANDOVER_FILE_DROP = OTHER_BITS | SPECIAL_EXEC_BITS  # 06007  ss-------rwx  (file: conv:O)
+HANDOVER_DIR_DROP = OTHER_BITS  # 00007  ------rwx  (directory: conv:O)
+HANDOVER_DIR_ADD = stat.S_ISGID  # 02000  setgid, as in any isolated home: files land conv:O
+
 # The directories every home has, besides gnupg and the personas link.
 HOME_SUBDIRS: tuple[str, ...] = (
     "agents",
@@ -53,3 +59,5 @@ GNUPG_DIR = "gnupg"
 PERSONAS_LINK = "personas"
 CONFIG_FILE = "config.json"
 REPAIR_MARKER = ".permissions-repaired"
+HANDOVER_MARKER = ".handover-pending"  # gateway-owned while a home's handover is unfinished
+HANDOVER_MARKER_MODE = 0o0600  # rw-------

@@ -95,6 +95,50 @@ def chmod_entry(dir_fd: int, name: str | bytes, mode: int, expect: os.stat_resul
         os.close(fd)
 
 
+def chown_entry(
+    dir_fd: int, name: str | bytes, uid: int, gid: int, mode: int, expect: os.stat_result
+) -> bool:
+    """Give the regular file ``name`` in ``dir_fd`` to ``uid:gid`` with ``mode``, pinned.
+
+    ``expect`` is the entry's lstat. The entry is pinned (``O_PATH | O_NOFOLLOW``: never
+    opened for reading, so a FIFO or device swapped in is harmless) and must still be that
+    inode with that owner, a regular file with a single link (a hard link could be a file
+    from anywhere on this file system); only then is the pinned inode chowned (``fchownat``
+    with ``AT_EMPTY_PATH``, which clears setuid/setgid) and then its mode set. Returns False,
+    changing nothing, when the entry is a link, was swapped, has another name or is gone.
+    """
+    try:
+        fd = os.open(os.fsencode(name), PATH_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if (
+            not stat.S_ISREG(st.st_mode)
+            or st.st_nlink != 1
+            or (st.st_ino, st.st_dev, st.st_uid) != (expect.st_ino, expect.st_dev, expect.st_uid)
+        ):
+            return False
+        _chown_pinned(fd, uid, gid, os.fsdecode(name))
+        return _chmod_pinned(fd, mode, os.fsdecode(name))
+    finally:
+        os.close(fd)
+
+
+def _chown_pinned(fd: int, uid: int, gid: int, name: str) -> None:
+    """chown the inode an O_PATH descriptor pins (``fchownat(fd, "", AT_EMPTY_PATH)``)."""
+    res = _libc.fchownat(
+        ctypes.c_int(fd),
+        ctypes.c_char_p(b""),
+        ctypes.c_uint(uid),
+        ctypes.c_uint(gid),
+        ctypes.c_int(AT_EMPTY_PATH),
+    )
+    if res != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), name)
+
+
 def _chmod_pinned(fd: int, mode: int, name: str) -> bool:
     """chmod the inode an O_PATH descriptor pins (never a name a conversation can swap)."""
     global _fchmodat2_works

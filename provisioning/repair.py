@@ -7,6 +7,11 @@ top, each home ``2750 conv:O`` (``0700`` single-account). The deep walk is
 :mod:`provisioning.walk`; ``jazz-bridge repair --deep`` walks every home, while the gateway
 starts with the shallow repair only and walks each home when it first provisions that
 conversation (``Homes.ensure``), so a start does not read 10,000 homes.
+
+An isolated root's home still owned by the gateway (made with isolation off) is marked for
+its handover (:mod:`provisioning.handover`) before it is given to its account; the handover
+itself runs at the conversation's next ``Homes.ensure`` or here with ``deep``, which also
+finishes one that was interrupted.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from . import naming, pinned
+from . import handover, naming, pinned
 from .accounts import AccountRegistry
 from .errors import ProvisioningError
 from .layout import CHATS_DIR, PERSONAS_DIR, TOOLS_DIR, RootInfo, init_root
@@ -68,6 +73,7 @@ def repair(
             if not naming.is_home_name(entry.name):
                 continue
             report.top.checked += 1
+            home_path = root.layout.chats / entry.name
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError as exc:
@@ -95,6 +101,10 @@ def repair(
             if not _already(st, mode, uid, gid):  # most homes: nothing to open at start
                 try:
                     with pinned.opened_dir(entry.name, chats_fd) as home_fd:
+                        if isolated:  # before the home changes hands: see handover.py
+                            handover.mark_if_adopted(
+                                home_fd, str(home_path), uid=uid, gateway_uid=owner_uid
+                            )
                         if pinned.set_owner_and_mode(home_fd, mode, uid, gid):
                             report.top.changed += 1
                 except (OSError, ProvisioningError) as exc:
@@ -102,6 +112,17 @@ def repair(
                     continue
             if deep:
                 try:
+                    if isolated:
+                        with pinned.opened_dir(entry.name, chats_fd) as home_fd:
+                            handed = handover.hand_over(
+                                home_fd,
+                                str(home_path),
+                                uid=uid,
+                                gid=root.operator_gid,
+                                gateway_uid=owner_uid,
+                            )
+                        if handed is not None:
+                            report.deep.merge(handed.walk)
                     walked = repair_home_tree(
                         root.layout.chats / entry.name,
                         setgid_home=isolated,
