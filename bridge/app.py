@@ -194,7 +194,11 @@ class GatewayApp:
         if self.settings.ops.token is not None:
             add_ops_routes(self.web_app, operators, self.settings.ops.token)
         self.sweeper = Sweeper(
-            self.settings.retention, self.store, operators, self.provisioned.root
+            self.settings.retention,
+            self.store,
+            operators,
+            self.provisioned.root,
+            keeps_today=self.settings.limits.daily_cost_usd is not None,
         )
         for adapter in self.adapters:
             await adapter.initialize()

@@ -21,7 +21,7 @@ from provisioning.layout import RootInfo
 
 from .config import RetentionSettings
 from .operators import Operators
-from .store import Store, StoreError
+from .store import Store, StoreError, utc_midnight
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,14 @@ class Sweeper:
         store: Store,
         operators: Operators | None = None,
         root: RootInfo | None = None,
+        *,
+        keeps_today: bool = False,
     ) -> None:
+        """``keeps_today``: a daily spend cap is set; it sums today's runs (UTC), so the
+        sweep keeps them whatever ``records_days`` says (a sweep within the day would lift a
+        reached cap hours before midnight)."""
         self.settings = settings
+        self.keeps_today = keeps_today
         self.store = store
         self.operators = operators
         self.root = root
@@ -49,7 +55,10 @@ class Sweeper:
     async def sweep(self, now: float | None = None) -> dict[str, Any]:
         """One pass: prune old records, then archive idle homes when configured."""
         now = time.time() if now is None else now
-        pruned = await self.store.prune(now - self.settings.records_days * DAY_S)
+        before = now - self.settings.records_days * DAY_S
+        if self.keeps_today:
+            before = min(before, utc_midnight())
+        pruned = await self.store.prune(before)
         if any(pruned.values()):
             log.info(
                 "retention: pruned records older than %g days: %s",

@@ -25,7 +25,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +69,7 @@ from .store import (
     Store,
     StoreError,
     StoreRetry,
+    utc_midnight,
 )
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,26 @@ INTERRUPTED_TEXT = (
     "restarted). Please send it again."
 )
 RUN_OVER_TOAST = "This run has already ended."
+# the outcomes /metrics counts runs by: the runner contract's failure codes and the
+# gateway's own; any other code a runner prints is counted as "other" (the log and the
+# stored outcome keep it)
+RUN_OUTCOMES = frozenset(
+    {
+        "ok",
+        "failed",
+        "empty_response",
+        "no_answer",
+        "content_filtered",
+        "interrupted",
+        "timeout",
+        "no_envelope",
+        "bad_envelope",
+        "answer_refused",
+        "provisioning",
+        "runner_missing",
+        "gateway_error",
+    }
+)
 ENDED_PROMPT_TEXT = (
     "The question this answered ended when the gateway restarted, so nothing was passed on "
     "to the agent. If it was a new message, send it again."
@@ -698,7 +718,7 @@ class Engine:
             )
         cap = self.settings.limits.daily_cost_usd
         if cap is not None:
-            spent, unpriced = await self.store.cost_since(_utc_midnight())
+            spent, unpriced = await self.store.cost_since(utc_midnight())
             lines.append(f"Spend today: ${spent:.2f} of ${cap:.2f} ({unpriced} unpriced run(s)).")
         lines.append(f"Runs in flight across the gateway: {self._in_flight}.")
         return "\n".join(lines)
@@ -1017,7 +1037,7 @@ class Engine:
         cap = self.settings.limits.daily_cost_usd
         if cap is None:
             return None
-        spent, unpriced = await self.store.cost_since(_utc_midnight())
+        spent, unpriced = await self.store.cost_since(utc_midnight())
         if spent >= cap:
             return f"${spent:.2f} spent of ${cap:.2f}"
         if unpriced:
@@ -1271,7 +1291,9 @@ class Engine:
         if records is None:
             return  # stopping with the outcome unrecorded: the restart says "interrupted"
         # counted once recorded: a run in the metrics has its outcome and replies stored
-        self.metrics.runs.labels(label).inc()
+        # a fixed set: the code is the runner's word, and every new value would be a new
+        # time series kept for ever
+        self.metrics.runs.labels(label if label in RUN_OUTCOMES else "other").inc()
         self.metrics.run_duration.observe(result.duration_ms / 1000)
         if run.reporter is not None:
             run.summary_shown = await run.reporter.close(line)
@@ -1369,8 +1391,3 @@ def _failure_text(result: RunResult, stopped_by: str | None) -> str:
         text += f"\n\n```\n{tail}\n```"
     # what a runner printed goes to the chat: a key it was given (runner.extra_env) must not
     return mask(text)
-
-
-def _utc_midnight() -> float:
-    now = datetime.now(UTC)
-    return now.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()

@@ -19,6 +19,7 @@ from .base import (
     StoreSchemaTooNew,
     StoreUnavailable,
     TranscriptEntry,
+    utc_midnight,
 )
 from .retry import StoreRetry
 from .sqlite import SCHEMA_VERSION, SqliteStore
@@ -40,4 +41,5 @@ __all__ = [
     "StoreSchemaTooNew",
     "StoreUnavailable",
     "TranscriptEntry",
+    "utc_midnight",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import BridgeError
@@ -354,3 +355,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def set_kv(self, key: str, value: str) -> None: ...
+
+
+def utc_midnight() -> float:
+    """The start of the current UTC day: where the daily spend cap's count begins."""
+    now = datetime.now(UTC)
+    return now.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
