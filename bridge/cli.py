@@ -63,7 +63,7 @@ def setup_logging(
         try:
             settings.log.file.parent.mkdir(parents=True, exist_ok=True)
             handlers.append(
-                logging.handlers.RotatingFileHandler(
+                logs.CappedFileHandler(  # capped with log.backups = 0 as well
                     settings.log.file,
                     maxBytes=settings.log.max_bytes,
                     backupCount=settings.log.backups,

@@ -264,6 +264,20 @@ def install(
     return masker
 
 
+class CappedFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log file whose size stays capped with ``backupCount=0`` too.
+
+    RotatingFileHandler keeps no older file then, and it only reopens the full file for
+    appending: ``log.backups = 0`` would let the file grow without bound. Here the full
+    file is emptied instead, so at most ``(backups + 1) * max_bytes`` is ever on disk.
+    """
+
+    def doRollover(self) -> None:
+        super().doRollover()
+        if self.backupCount == 0 and os.path.isfile(self.baseFilename):
+            os.truncate(self.baseFilename, 0)  # the stream appends: it writes from 0 again
+
+
 class _Frozen(logging.handlers.QueueHandler):
     """Queues records as they are: the message and any traceback turned to text first (the
     arguments may change after the call; a traceback holds the caller's frames), not
