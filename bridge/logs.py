@@ -172,7 +172,23 @@ class SecretMasker(logging.Filter):
         if isinstance(value, int | float | bool) or value is None:
             return value
         if isinstance(value, Mapping | list | tuple | set):
-            return self.mask(json.dumps(value, default=str))
+            # masked leaf by leaf before dumping: json.dumps escapes a secret holding a quote,
+            # a backslash or a non-ASCII letter, so it would no longer be found in the text
+            # (and a reader's JSON decoder would turn the escapes back into the secret)
+            return self.mask(json.dumps(self._masked_tree(value)))
+        return self.mask(str(value))
+
+    def _masked_tree(self, value: Any) -> Any:
+        """``value`` with every string in it (a table's keys too) masked, as JSON data."""
+        if isinstance(value, str | bytes | bytearray):
+            return self._mask_value(value)
+        if isinstance(value, int | float | bool) or value is None:
+            return value
+        if isinstance(value, Mapping):
+            # a key JSON takes as it is (str, number, None), else as masked text
+            return {self._mask_value(k): self._masked_tree(v) for k, v in value.items()}
+        if isinstance(value, list | tuple | set):
+            return [self._masked_tree(item) for item in value]
         return self.mask(str(value))
 
     def filter(self, record: logging.LogRecord) -> bool:
