@@ -15,7 +15,6 @@ import logging
 import re
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
@@ -72,8 +71,11 @@ class WebSurface:
     )
 
     def __init__(self) -> None:
-        self.live: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)  # thread -> ref
-        self.listeners: dict[str, set[asyncio.Queue[dict[str, Any]]]] = defaultdict(set)
+        # plain dicts, not defaultdicts: a thread name is free text a client chooses, so a
+        # lookup must not leave an entry behind (an empty one per name, kept until restart)
+        self.live: dict[str, dict[str, dict[str, Any]]] = {}  # thread -> ref -> bubble
+        # thread -> the queues of its open event streams; a thread without one has no key
+        self.listeners: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
 
     def _publish(self, thread: str, event: dict[str, Any]) -> None:
         for queue in list(self.listeners.get(thread, ())):
@@ -100,7 +102,7 @@ class WebSurface:
         thread = self._thread(target)
         entry = self._entry(message, reply_key)
         if reply_key.startswith("progress:"):
-            bubbles = self.live[thread]
+            bubbles = self.live.setdefault(thread, {})
             bubbles[reply_key] = entry
             while len(bubbles) > MAX_LIVE_BUBBLES:  # keep the recent ones; memory stays bounded
                 bubbles.pop(next(iter(bubbles)))
@@ -110,9 +112,10 @@ class WebSurface:
     async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
         thread = self._thread(target)
         entry = self._entry(message, ref)
-        if ref in self.live[thread]:
-            entry["at"] = self.live[thread][ref]["at"]
-            self.live[thread][ref] = entry
+        bubbles = self.live.get(thread, {})
+        if ref in bubbles:
+            entry["at"] = bubbles[ref]["at"]
+            bubbles[ref] = entry
         self._publish(thread, {"type": "edit", **entry})
 
     async def upload(
@@ -372,7 +375,7 @@ class WebAdapter:
         )
         await response.prepare(request)
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.surface.listeners[thread].add(queue)
+        self.surface.listeners.setdefault(thread, set()).add(queue)
         try:
             await response.write(b": connected\n\n")
             while True:
@@ -388,7 +391,10 @@ class WebAdapter:
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
-            self.surface.listeners[thread].discard(queue)
+            queues = self.surface.listeners.get(thread, set())
+            queues.discard(queue)
+            if not queues:  # the thread's last stream: its name is forgotten with it
+                self.surface.listeners.pop(thread, None)
         return response
 
 
