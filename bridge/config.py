@@ -103,6 +103,9 @@ class LimitsSettings(Section):
     max_queued_per_conversation: int = Field(default=5, ge=0)
     daily_cost_usd: float | None = Field(default=None, ge=0)
     max_attachment_bytes: int = Field(default=20 * 1024 * 1024, ge=0)
+    # a prompt nobody answers this long is declined for the agent (a waiting run holds a
+    # run slot); None: wait for ever
+    prompt_wait_s: float | None = Field(default=3600.0, gt=0)
 
 
 class ProgressSettings(Section):

@@ -191,6 +191,14 @@ def expired_text(record: PromptRecord) -> str:
     return f"{shown}\n\n⌛ Expired: the run ended without this answer."
 
 
+def unanswered_text(record: PromptRecord, waited_s: float) -> str:
+    """How a prompt's message reads once nobody answered it in time (its buttons gone)."""
+    shown = message_for(record, others_pending=0, buttons=True).text
+    waited = f"{waited_s / 60:.0f} minutes" if waited_s >= 120 else f"{waited_s:g} s"
+    told = "rejected" if record.kind == "approval" else "declined"
+    return f"{shown}\n\n⌛ Expired: no answer within {waited}; the agent was told {told}."
+
+
 def resolved_text(record: PromptRecord, code: str, actor_name: str, text: str | None) -> str:
     p = record.payload
     if record.kind == "approval":

@@ -937,7 +937,45 @@ class Engine:
         )
         records = await self.store.add_replies([self._reply(msg, f"prompt:{record.token}", out)])
         run.prompt_replies[record.token] = records[0].id
+        wait_s = self.settings.limits.prompt_wait_s
+        if wait_s is not None:
+            self._spawn(self._expire_prompt(run, record, wait_s), f"expire-{record.token}")
         return not await self.deliverer.deliver(records)
+
+    async def _expire_prompt(self, run: ActiveRun, record: PromptRecord, wait_s: float) -> None:
+        """Decline a prompt nobody answered within ``limits.prompt_wait_s``.
+
+        A run waiting for a person holds one of ``limits.max_concurrent_runs`` slots (its
+        timeout paused, as the runner contract says): a few unanswered approvals would
+        otherwise stop the whole gateway for everyone, for as long as nobody answers. The
+        agent hears "declined" (an approval: rejected) and goes on; the prompt's message
+        says it expired.
+        """
+        try:
+            await asyncio.wait_for(run.done.wait(), wait_s)
+            return  # the run ended first: its end settles what is left
+        except TimeoutError:
+            pass
+        if record.token not in run.prompts or run.handle is None:
+            return  # answered meanwhile
+        code = P.REJECT if record.kind == "approval" else P.DECLINE
+        answer = P.frame(record, code)
+        if not await self._retry.run(
+            functools.partial(self.store.resolve_prompt, record.token, answer, expired=True),
+            f"expiring prompt {record.request_id}",
+        ):
+            return
+        run.prompts.pop(record.token, None)
+        log.info(
+            "prompt %s of %s unanswered for %.0fs: declined",
+            record.request_id,
+            run.message.thread_key,
+            wait_s,
+        )
+        await run.handle.answer(answer)
+        if not run.prompts:
+            run.progress.waiting = False
+        await self._settle_prompt_message(run, record, P.unanswered_text(record, wait_s))
 
     async def _settle_prompt_message(self, run: ActiveRun, record: PromptRecord, text: str) -> None:
         """Edit a prompt's message to ``text`` with no buttons left (best effort).

@@ -337,8 +337,11 @@ class Store(abc.ABC):
     async def get_prompt(self, token: str) -> PromptRecord | None: ...
 
     @abc.abstractmethod
-    async def resolve_prompt(self, token: str, answer: dict[str, Any]) -> bool:
-        """pending -> answered atomically; False when it was not pending (stale, answered)."""
+    async def resolve_prompt(
+        self, token: str, answer: dict[str, Any], *, expired: bool = False
+    ) -> bool:
+        """pending -> answered (``expired``: -> expired, answered for the person who did
+        not) atomically; False when it was not pending (stale, answered)."""
 
     @abc.abstractmethod
     async def expire_prompts(self, run_id: int | None = None) -> int:

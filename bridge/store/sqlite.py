@@ -1188,12 +1188,16 @@ class SqliteStore(Store):
 
         return await self._call(work)
 
-    async def resolve_prompt(self, token: str, answer: dict[str, Any]) -> bool:
+    async def resolve_prompt(
+        self, token: str, answer: dict[str, Any], *, expired: bool = False
+    ) -> bool:
+        state = "expired" if expired else "answered"
+
         def work(conn: sqlite3.Connection) -> bool:
             changed = conn.execute(
-                "UPDATE prompts SET state = 'answered', answered_at = ?, answer = ?"
+                "UPDATE prompts SET state = ?, answered_at = ?, answer = ?"
                 " WHERE token = ? AND state = 'pending'",
-                (time.time(), _dumps(answer), token),
+                (state, time.time(), _dumps(answer), token),
             ).rowcount
             return changed == 1
 
