@@ -22,7 +22,7 @@ from gateway_harness import gateway_env, running_gateway, wait_until
 
 from bridge.runner.cli import shared_interpreter
 
-RUNNER = r'''
+RUNNER = r"""
 import json, sys
 prompt = json.loads(sys.stdin.readline())["prompt"]
 sys.stdout.write(json.dumps({
@@ -32,7 +32,7 @@ sys.stdout.write(json.dumps({
 }) + "\n")
 sys.stdout.flush()
 sys.exit(1)
-'''
+"""
 
 # the gateway's own codes plus the contract's (RUNNER-CONTRACT.md) and "ok"
 KNOWN = {

@@ -27,7 +27,7 @@ from bridge.runner.cli import shared_interpreter
 
 pytestmark = [pytest.mark.faults, needs_root]
 
-RUNNER = r'''
+RUNNER = r"""
 import json, os, sys, urllib.request
 first = json.loads(sys.stdin.readline())
 prompt = first["prompt"]
@@ -49,7 +49,7 @@ env = {"ok": True, "answer": answer, "costUSD": 0.0, "costKnown": True,
        "toolCalls": [], "artifacts": []}
 sys.stdout.write(json.dumps(env) + "\n")
 sys.stdout.flush()
-'''
+"""
 
 
 @pytest.fixture
