@@ -262,11 +262,11 @@ class RunIdentity:
         """Keyword arguments for ``subprocess.Popen`` / ``asyncio.create_subprocess_exec``.
 
         With ``workdir_fd`` (from :meth:`open_workdir`) the child enters that very
-        directory through this process's descriptor (``/proc/<our pid>/fd/N``: the child
-        changes directory before it execs, while we still hold it, and as root or as our
-        own account, either of which may follow it); the descriptor itself is not passed,
-        so the run holds nothing but its three pipes. Without, ``cwd`` by path, for callers
-        that trust it.
+        directory through its own copy of the descriptor (``/proc/self/fd/N``: the child
+        changes directory before it closes descriptors, and the copy is close-on-exec, so
+        the run holds nothing but its three pipes). Not ``/proc/<our pid>/fd/N``: reading
+        another process's descriptors needs it dumpable and in our PID namespace's /proc.
+        Without, ``cwd`` by path, for callers that trust it.
         """
         kwargs: dict[str, Any] = {
             "env": self.env,
@@ -276,7 +276,7 @@ class RunIdentity:
             "close_fds": True,
         }
         if workdir_fd is not None:
-            kwargs.update(cwd=f"/proc/{os.getpid()}/fd/{workdir_fd}")
+            kwargs.update(cwd=f"/proc/self/fd/{workdir_fd}")
         if self.uid is not None and self.setpriv is None:
             kwargs.update(user=self.uid, group=self.gid, extra_groups=[])
         return kwargs
