@@ -68,32 +68,18 @@ TOP_LEVEL_POSTS_KEPT = 10_000  # the newest top-level posts (a DM's) remembered 
 CHAT_UPDATE_PER_MINUTE = 50  # Slack Tier 3, per workspace: no minute holds more edits
 CHAT_UPDATE_BURST = 5  # of those, how many one workspace may make at once after a quiet spell
 CLOSE_FLUSH_S = 5.0  # held edits still being sent when the surface closes get this long
-PERMANENT_ERRORS = frozenset(
+# Slack's refusals (HTTP 200, ok: false) that may pass if tried again; every other code is
+# a refusal for good (channel_not_found, restricted_action_read_only_channel, token_expired,
+# cannot_reply_to_message, ...): retried, a reply would hold its thread's later replies for
+# the deliverer's whole patience (an hour) for nothing
+TRANSIENT_ERRORS = frozenset(
     {
-        "account_inactive",
-        "cant_update_message",
-        "channel_not_found",
-        "edit_window_closed",
-        "ekm_access_denied",
-        "file_deleted",
-        "file_not_found",
-        "invalid_arguments",
-        "invalid_auth",
-        "invalid_blocks",
-        "invalid_blocks_format",
-        "is_archived",
-        "message_not_found",
-        "missing_scope",
-        "msg_too_long",
-        "no_permission",
-        "no_text",
-        "not_allowed_token_type",
-        "not_authed",
-        "not_in_channel",
-        "restricted_action",
-        "team_access_not_granted",
-        "token_revoked",
-        "user_not_in_channel",
+        "internal_error",
+        "fatal_error",
+        "service_unavailable",
+        "request_timeout",
+        "ratelimited",
+        "accesslimited",
     }
 )
 
@@ -126,7 +112,8 @@ def slack_error(exc: Exception, what: str) -> DeliveryError:
             return DeliveryError(f"{what}: rate limited", retry_after=retry_after)
         return DeliveryError(
             f"{what}: {code or f'HTTP {status}'}",
-            permanent=code in PERMANENT_ERRORS or (400 <= status < 500 and status != 429),
+            # a 5xx (or a transient code) may pass; a 4xx, or any other code, will not
+            permanent=status < 500 and code not in TRANSIENT_ERRORS,
         )
     return DeliveryError(f"{what}: {type(exc).__name__}: {exc}")
 
