@@ -937,10 +937,12 @@ class Engine:
         )
         records = await self.store.add_replies([self._reply(msg, f"prompt:{record.token}", out)])
         run.prompt_replies[record.token] = records[0].id
+        if await self.deliverer.deliver(records):
+            return False
         wait_s = self.settings.limits.prompt_wait_s
-        if wait_s is not None:
+        if wait_s is not None:  # counted from when the person could see it
             self._spawn(self._expire_prompt(run, record, wait_s), f"expire-{record.token}")
-        return not await self.deliverer.deliver(records)
+        return True
 
     async def _expire_prompt(self, run: ActiveRun, record: PromptRecord, wait_s: float) -> None:
         """Decline a prompt nobody answered within ``limits.prompt_wait_s``.
@@ -1001,12 +1003,13 @@ class Engine:
         """A prompt nobody can see is declined at once: the runner waits on stdin for an
         answer, with its timeout paused, so unanswered it would hold the conversation (and a
         run slot) until someone sent /stop."""
+        if run.prompts.pop(record.token, None) is None:
+            return  # answered meanwhile (a typed answer): the runner heard once already
         log.warning(
             "the prompt %s of %s could not be shown; declined for the agent",
             record.request_id,
             run.message.thread_key,
         )
-        run.prompts.pop(record.token, None)
         if not run.prompts:
             run.progress.waiting = False
         answer = P.frame(record, "")  # "" declines every kind (approval, input, secret)
