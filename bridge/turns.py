@@ -79,6 +79,10 @@ INTERRUPTED_TEXT = (
     "restarted). Please send it again."
 )
 RUN_OVER_TOAST = "This run has already ended."
+PASSED_ON_TEXT = (
+    "Your answer reached the agent just before the gateway restarted; the run it answered "
+    "was cut off by the restart (see above)."
+)
 # the outcomes /metrics counts runs by: the runner contract's failure codes and the
 # gateway's own; any other code a runner prints is counted as "other" (the log and the
 # stored outcome keep it)
@@ -230,6 +234,9 @@ class Engine:
         waiting: dict[int, list[PromptRecord]] = {}
         for left in await self.store.pending_prompts(None) if accepted else []:
             waiting.setdefault(left.conversation_id, []).append(left)
+        # and those passed on as an answer just before the stop (the answer written, the
+        # message not yet closed): not run again as a message of their own
+        passed_on = await self.store.answering_messages([m.id for m in accepted])
         expired = await self.store.expire_prompts(None)
         if expired:
             log.info("expired %d prompt(s) left from before the restart", expired)
@@ -266,7 +273,14 @@ class Engine:
             # a conversation's replies in order of arrival).
             self._spawn(self._recover_delivery(pending, interrupted), "recover-delivery")
         for msg in accepted:  # admitted before the stop: no queue limit applies again
-            prompt = _answered_prompt(msg, waiting.get(msg.conversation_id, []))
+            if msg.id in passed_on:
+                self._spawn(
+                    self._finish_message(msg, InboxState.DONE, "choice", PASSED_ON_TEXT),
+                    f"passed-on-{msg.id}",
+                )
+                continue
+            numbered = self._numbered_on(msg.platform)
+            prompt = _answered_prompt(msg, waiting.get(msg.conversation_id, []), numbered)
             if prompt is not None:
                 self._spawn(self._answer_to_an_ended_prompt(msg, prompt), f"ended-{msg.id}")
                 continue
@@ -803,10 +817,13 @@ class Engine:
         text: str | None,
         *,
         typed: bool = False,
+        by_message: int | None = None,
     ) -> PressResult:
         """Answer ``record`` (and, for "… all", every pending approval). The message of a
         pressed prompt is settled by its adapter; a typed answer's prompt (nothing pressed)
-        and the others answered with it are settled here, so none keeps its buttons."""
+        and the others answered with it are settled here, so none keeps its buttons.
+        ``by_message``: the typed message that answers, noted with the answer (a crash
+        before that message is closed must not run it again after the restart)."""
         targets = [record]
         if record.kind == "approval" and code in (P.APPROVE_ALL, P.REJECT_ALL):
             targets = [r for r in run.prompts.values() if r.kind == "approval"]
@@ -815,6 +832,8 @@ class Engine:
         for rec in targets:
             answer = P.frame(rec, code, text)
             stored = {k: v for k, v in answer.items() if k != "value"}
+            if by_message is not None:
+                stored["byMessage"] = by_message
             if not await self.store.resolve_prompt(rec.token, stored):
                 continue
             resolved_any = True
@@ -850,7 +869,10 @@ class Engine:
         """Whether the run's prompts were shown with numbered choices (no buttons): only
         then is a typed number a choice. With buttons, "3" typed to a question is the answer
         3 (not its third button), and typing never approves a tool."""
-        surface = self.surfaces.get(run.message.platform)
+        return self._numbered_on(run.message.platform)
+
+    def _numbered_on(self, platform: str) -> bool:
+        surface = self.surfaces.get(platform)
         return not (surface and surface.capabilities.buttons)
 
     async def _typed_answer(self, run: ActiveRun, msg: MessageRecord) -> None:
@@ -884,7 +906,9 @@ class Engine:
                 functools.partial(self.store.redact_message, msg.id), f"redacting {msg.id}"
             )
         result = await self._retry.run(
-            functools.partial(self._resolve, run, record, code, msg.sender_id, free, typed=True),
+            functools.partial(
+                self._resolve, run, record, code, msg.sender_id, free, typed=True, by_message=msg.id
+            ),
             f"the answer of message {msg.id} to a prompt",
         )
         if result is None:  # stopping: the run ends unanswered, the next start tells it
@@ -1356,15 +1380,18 @@ class Engine:
         return await self._retry.run(record, f"run {run.run_id} of {run.message.thread_key}")
 
 
-def _answered_prompt(msg: MessageRecord, prompts: list[PromptRecord]) -> PromptRecord | None:
+def _answered_prompt(
+    msg: MessageRecord, prompts: list[PromptRecord], numbered: bool
+) -> PromptRecord | None:
     """The prompt (pending when the gateway stopped) that ``msg`` was typed to answer, by the
-    rule the running gateway applies (:meth:`Engine._answers_prompt`), or None."""
+    rule the running gateway applies (:meth:`Engine._answers_prompt`; ``numbered``: the
+    platform shows numbered choices, no buttons), or None."""
     if msg.is_command:
         return None
     for prompt in prompts:  # oldest first, as they were answered
         if prompt.requester != msg.sender_id or prompt.created_at > msg.received_at:
             continue
-        if prompt.kind in ("input", "secret") or msg.text.strip().isdigit():
+        if prompt.kind in ("input", "secret") or (numbered and msg.text.strip().isdigit()):
             return prompt
         return None
     return None

@@ -337,6 +337,11 @@ class Store(abc.ABC):
     async def get_prompt(self, token: str) -> PromptRecord | None: ...
 
     @abc.abstractmethod
+    async def answering_messages(self, message_ids: Sequence[int]) -> set[int]:
+        """Those of ``message_ids`` recorded as the typed answer of a prompt (``byMessage``
+        in the prompt's answer)."""
+
+    @abc.abstractmethod
     async def resolve_prompt(
         self, token: str, answer: dict[str, Any], *, expired: bool = False
     ) -> bool:

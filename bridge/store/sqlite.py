@@ -1188,6 +1188,28 @@ class SqliteStore(Store):
 
         return await self._call(work)
 
+    async def answering_messages(self, message_ids: Sequence[int]) -> set[int]:
+        wanted = set(message_ids)
+        if not wanted:
+            return set()
+
+        def work(conn: sqlite3.Connection) -> set[int]:
+            found: set[int] = set()
+            rows = conn.execute(
+                "SELECT answer FROM prompts WHERE state = 'answered' AND answer LIKE ?",
+                ('%"byMessage"%',),
+            )
+            for (raw,) in rows:
+                try:
+                    by = json.loads(raw).get("byMessage")
+                except (ValueError, TypeError, AttributeError):
+                    continue
+                if isinstance(by, int) and by in wanted:
+                    found.add(by)
+            return found
+
+        return await self._call(work)
+
     async def resolve_prompt(
         self, token: str, answer: dict[str, Any], *, expired: bool = False
     ) -> bool:
