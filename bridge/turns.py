@@ -79,6 +79,9 @@ INTERRUPTED_TEXT = (
     "restarted). Please send it again."
 )
 RUN_OVER_TOAST = "This run has already ended."
+STOP_AFTER_RESTART_TEXT = (
+    "⏹️ Nothing left to stop: the run this was meant for ended when the gateway restarted."
+)
 PASSED_ON_TEXT = (
     "Your answer reached the agent just before the gateway restarted; the run it answered "
     "was cut off by the restart (see above)."
@@ -278,6 +281,15 @@ class Engine:
                     self._finish_message(msg, InboxState.DONE, "choice", PASSED_ON_TEXT),
                     f"passed-on-{msg.id}",
                 )
+                continue
+            command = parse_command(msg.text) if msg.is_command else None
+            if command is not None and command.command is Command.STOP:
+                # meant for the run working (or about to) when it was sent: that one ended
+                # with the restart; requeued, it would stop the next message instead
+                stopped = self._finish_message(
+                    msg, InboxState.DONE, "command-stop", STOP_AFTER_RESTART_TEXT
+                )
+                self._spawn(stopped, f"command-{msg.id}")
                 continue
             numbered = self._numbered_on(msg.platform)
             prompt = _answered_prompt(msg, waiting.get(msg.conversation_id, []), numbered)
