@@ -412,6 +412,10 @@ class SlackSurface:
         # reply key -> monotonic time until which Slack may still carry out its unclear
         # request (post or upload): "not there" is not believed before then
         self._in_flight_until: dict[str, float] = {}
+        # a reply found in doubt at start may be one the previous process was posting when
+        # it died: Slack may still be carrying that out, so "not there" is believed only
+        # IN_FLIGHT_GRACE_S after this surface was made
+        self._started = time.monotonic()
         self._no_status: set[str] = set()  # channels where assistant status is unavailable
         # "channel:ts" of the newest posts made outside any thread (a DM conversation's): a
         # reply in a thread under one is the DM's conversation (see :meth:`posted_top_level`)
@@ -605,7 +609,8 @@ class SlackSurface:
         failed search raises :class:`DeliveryError` (the caller asks again rather than post
         twice)."""
         found = await self._search(team, channel, thread_ts, reply_key)
-        wait = self._in_flight_until.get(reply_key, 0.0) - time.monotonic()
+        until = self._in_flight_until.get(reply_key, self._started + IN_FLIGHT_GRACE_S)
+        wait = until - time.monotonic()
         if found is None and wait > 0:
             log.info(
                 "slack: reply %s not found yet after an unclear request; Slack may still be "
