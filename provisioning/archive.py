@@ -22,7 +22,10 @@ cost of packing follows the data, not the apparent size. Restoring writes a spar
 extents and truncates it to its size, so holes stay holes; any other file's all-zero
 stretches of :data:`COPY_CHUNK` are skipped too (holes; the same bytes), which also keeps
 an archive made before this from filling the disk. A file with more extents than
-:data:`MAX_SPARSE_EXTENTS` (the map is held in memory) is stored whole, with a warning.
+:data:`MAX_SPARSE_EXTENTS` (the map is held in memory) has its smallest holes packed as
+zeros until the map fits; one that would need more than :data:`MAX_FILLED_ZEROS` of
+zeros for that (a file made to be as fragmented as it can) leaves its home unarchived,
+with an error naming it, rather than reading terabytes of holes.
 
 A lock per home (``state/home-locks/<home>``) keeps an archive of that home from racing its
 restore, its being built or a run starting in it: archiving and restoring hold it
@@ -65,6 +68,11 @@ LOCKS_DIR = "home-locks"  # in <root>/state: one lock file per home (see the mod
 COPY_CHUNK = 1024 * 1024
 ZEROS = bytes(COPY_CHUNK)
 MAX_SPARSE_EXTENTS = 1 << 16  # extents of one file stored sparse (its map is in memory: ~10 MB)
+# a file with more extents is packed with its smallest holes filled in (read as zeros) until
+# its map fits; found with more than this many, or when filling in would read more zeros
+# than this, the home is not archived (ArchiveError): either would cost hours
+MAX_SCANNED_EXTENTS = 1 << 20
+MAX_FILLED_ZEROS = 1 << 30
 SPARSE_DIR = "GNUSparseFile.0"  # GNU tar's header name for a sparse member (the real one in PAX)
 MAX_PACK_DEPTH = 512  # directory levels below the home; a deeper home is not archived
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -256,22 +264,55 @@ def _seek_extents(fd: int, size: int, arc: str) -> list[tuple[int, int]] | None:
             return None  # no SEEK_DATA here: read it all, as before
         if start >= size:
             break
-        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        try:
+            end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        except OSError as exc:  # truncated meanwhile (a process the run left behind)
+            raise ArchiveError(f"{arc} changed while it was packed: {exc}") from exc
         extents.append((start, end - start))
-        if len(extents) > MAX_SPARSE_EXTENTS:
-            log.warning(
-                "archiving %s: more than %d data extents; stored whole (its holes are read "
-                "as zeros; whole MiBs of zeros come back as holes)",
-                arc,
-                MAX_SPARSE_EXTENTS,
+        if len(extents) > MAX_SCANNED_EXTENTS:
+            raise ArchiveError(
+                f"{arc} has more than {MAX_SCANNED_EXTENTS:,} separate runs of data: a file "
+                "this fragmented cannot be packed in reasonable time; the home is left as it is"
             )
-            return None
         pos = end
     if extents == [(0, size)]:
         return None  # no hole after all (a compressed filesystem's block count)
+    if len(extents) > MAX_SPARSE_EXTENTS:
+        extents = _filled_in(extents, MAX_SPARSE_EXTENTS, arc)
     if not extents or sum(extents[-1]) < size:
         extents.append((size, 0))
     return extents
+
+
+def _filled_in(extents: list[tuple[int, int]], most: int, arc: str) -> list[tuple[int, int]]:
+    """``extents`` merged into at most ``most`` by filling in their smallest holes (packed as
+    the zeros they read as; restored as holes again, a MiB at a time)."""
+    gaps = sorted(
+        range(len(extents) - 1),
+        key=lambda i: extents[i + 1][0] - sum(extents[i]),
+    )[: len(extents) - most]
+    zeros = sum(extents[i + 1][0] - sum(extents[i]) for i in gaps)
+    if zeros > MAX_FILLED_ZEROS:
+        raise ArchiveError(
+            f"{arc} has {len(extents):,} separate runs of data; packing it would read "
+            f"{zeros:,} bytes of holes as zeros: the home is left as it is"
+        )
+    log.info(
+        "archiving %s: %d runs of data; %d of its smallest holes (%d bytes) packed as zeros",
+        arc,
+        len(extents),
+        len(gaps),
+        zeros,
+    )
+    filled = set(gaps)
+    merged: list[tuple[int, int]] = []
+    for i, (start, length) in enumerate(extents):
+        if i - 1 in filled:  # the hole before it is filled in: one run with the previous
+            prev_start, _ = merged[-1]
+            merged[-1] = (prev_start, start + length - prev_start)
+        else:
+            merged.append((start, length))
+    return merged
 
 
 def _sparse_info(info: tarfile.TarInfo, real_size: int, stored: int) -> None:
