@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from . import pinned
 from .errors import ProvisioningError
@@ -313,6 +313,36 @@ def _filled_in(extents: list[tuple[int, int]], most: int, arc: str) -> list[tupl
         else:
             merged.append((start, length))
     return merged
+
+
+class _SparseSafeInfo(tarfile.TarInfo):
+    """``tarfile``'s reading of a GNU sparse 1.0 member whose stored size (map and data)
+    is 8 GiB or more, fixed: such a member carries a PAX ``size`` record, which ``tarfile``
+    applies after ``GNU.sparse.realsize`` (the member's size became the stored size) and
+    counts from past the map (the next header was looked for too far on). Here the size is
+    the file's and the next header follows the stored data, as GNU tar reads it."""
+
+    def _proc_pax(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        member = cast(tarfile.TarInfo, super()._proc_pax(tar))  # type: ignore[misc]
+        headers = member.pax_headers
+        if (
+            headers.get("GNU.sparse.major") == "1"
+            and headers.get("GNU.sparse.minor") == "0"
+            and "size" in headers
+            and "GNU.sparse.realsize" in headers
+        ):
+            # the map starts a block past the member's header, which follows this one's
+            block = tarfile_block(self.size)
+            map_start = self.offset + tarfile_block(1) + block + tarfile_block(1)
+            tar.offset = map_start + tarfile_block(int(headers["size"]))
+            member.size = int(headers["GNU.sparse.realsize"])
+        return member
+
+
+def tarfile_block(count: int) -> int:
+    """``count`` bytes rounded up to whole tar blocks."""
+    blocks, rest = divmod(count, tarfile.BLOCKSIZE)
+    return (blocks + (1 if rest else 0)) * tarfile.BLOCKSIZE
 
 
 def _sparse_info(info: tarfile.TarInfo, real_size: int, stored: int) -> None:
@@ -649,7 +679,7 @@ def restore_home(root: RootInfo, name: str) -> ArchiveResult:
         try:
             with pinned.opened_dir(staging) as staging_fd:
                 try:
-                    with tarfile.open(source, mode="r:gz") as tar:
+                    with tarfile.open(source, mode="r:gz", tarinfo=_SparseSafeInfo) as tar:
                         refused = _extract(tar, staging_fd, name, layout)
                 except (tarfile.TarError, EOFError, OSError) as exc:
                     raise ArchiveError(f"cannot unpack {source}: {exc}") from exc
