@@ -240,6 +240,10 @@ class Engine:
         # and those passed on as an answer just before the stop (the answer written, the
         # message not yet closed): not run again as a message of their own
         passed_on = await self.store.answering_messages([m.id for m in accepted])
+        # and the parts of an album answered without a run (refused whole, or a typed
+        # answer) that the stop left before they were closed: closed now, as they would be
+        for album in await self.store.albums_answered_without_run() if accepted else []:
+            _remember(self._closed_albums, album, 0, CLOSED_ALBUMS_KEPT)
         expired = await self.store.expire_prompts(None)
         if expired:
             log.info("expired %d prompt(s) left from before the restart", expired)

@@ -337,6 +337,11 @@ class Store(abc.ABC):
     async def get_prompt(self, token: str) -> PromptRecord | None: ...
 
     @abc.abstractmethod
+    async def albums_answered_without_run(self) -> list[tuple[int, str, str]]:
+        """(conversation id, sender, album) of albums with parts still accepted whose
+        earlier part was answered without a run (refused, or taken as a typed answer)."""
+
+    @abc.abstractmethod
     async def answering_messages(self, message_ids: Sequence[int]) -> set[int]:
         """Those of ``message_ids`` recorded as the typed answer of a prompt (``byMessage``
         in the prompt's answer)."""

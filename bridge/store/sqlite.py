@@ -1188,6 +1188,23 @@ class SqliteStore(Store):
 
         return await self._call(work)
 
+    async def albums_answered_without_run(self) -> list[tuple[int, str, str]]:
+        answered = (InboxState.FAILED.value, InboxState.DONE.value)
+
+        def work(conn: sqlite3.Connection) -> list[tuple[int, str, str]]:
+            rows = conn.execute(
+                "SELECT DISTINCT a.conversation_id, a.sender_id, a.part_of FROM inbox a"
+                " WHERE a.state = ? AND a.part_of IS NOT NULL AND EXISTS"
+                " (SELECT 1 FROM inbox b WHERE b.conversation_id = a.conversation_id"
+                " AND b.sender_id = a.sender_id AND b.part_of = a.part_of AND b.id < a.id"
+                " AND b.state IN (?, ?)"
+                " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.message_id = b.id))",
+                (InboxState.ACCEPTED.value, *answered),
+            ).fetchall()
+            return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+        return await self._call(work)
+
     async def answering_messages(self, message_ids: Sequence[int]) -> set[int]:
         wanted = set(message_ids)
         if not wanted:
