@@ -426,7 +426,7 @@ class AccountRegistry:
             )
         except AccountError:  # UidTaken too: the group made for it goes with it
             if group is None:
-                subprocess.run(["groupdel", name], capture_output=True, check=False)
+                _remove_group(name, gid)
             raise
         entry["gid"] = gid
         log.info("created account %s (uid %d) for home %s", name, uid, home)
@@ -479,3 +479,19 @@ def current_account() -> Account:
 
 def map_path(layout: Layout) -> Path:
     return layout.uid_map
+
+
+def _remove_group(name: str, gid: int) -> None:
+    """Remove the private group just made for an account that could not be made.
+
+    Two gateways (or a gateway and an admin) racing can both pass ``groupadd --gid`` with
+    the same gid (the shadow tools check and write under separate steps): the other side's
+    account then has that gid as its primary group, and ``groupdel`` refuses to remove a
+    group named otherwise but sharing it. Forced only then, when another group of that gid
+    stays for that account; otherwise a plain ``groupdel`` (never forced).
+    """
+    done = subprocess.run(["groupdel", name], capture_output=True, check=False)
+    if done.returncode == 0:
+        return
+    if any(g.gr_gid == gid and g.gr_name != name for g in grp.getgrall()):
+        subprocess.run(["groupdel", "--force", name], capture_output=True, check=False)

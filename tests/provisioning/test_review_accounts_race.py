@@ -9,6 +9,7 @@ message fails with "groupadd: GID ... already exists" instead of getting the nex
 
 from __future__ import annotations
 
+import grp
 import threading
 from pathlib import Path
 
@@ -28,6 +29,7 @@ def test_two_roots_creating_accounts_at_once_both_succeed(
     a = init_root(tmp_path / "a", operator_group.name)
     b = init_root(tmp_path / "b", operator_group.name)
     registries = [AccountRegistry(info.layout, info.operator_gid, uid_range) for info in (a, b)]
+    groups_before = {g.gr_name for g in grp.getgrall()}
     failures: list[str] = []
     try:
         for n in range(ROUNDS):
@@ -60,3 +62,7 @@ def test_two_roots_creating_accounts_at_once_both_succeed(
         remove_accounts(a.layout.uid_map)
         remove_accounts(b.layout.uid_map)
     assert not failures, failures
+    # the loser of a race had made its private group (both groupadds can pass with one gid):
+    # it is removed with the attempt, not left behind at the winner's gid
+    stray = {g.gr_name: g.gr_gid for g in grp.getgrall()}.keys() - groups_before
+    assert not {n for n in stray if n.startswith("jb-")}, stray
