@@ -15,6 +15,7 @@ import logging
 import re
 import time
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
@@ -157,6 +158,11 @@ class WebAdapter:
         self._token: bytes | None = token.get_secret_value().encode() if token else None
         self._operators = set(self.settings.operators)
         self._closing = False
+        # connection -> whether its client is a conversation's account (see _from_a_run);
+        # forgotten with the connection
+        self._peers: weakref.WeakKeyDictionary[asyncio.BaseTransport, bool] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -221,13 +227,20 @@ class WebAdapter:
         bridge/peers.py): trusted loopback means the person at the keyboard, not an agent
         asking for another conversation's thread."""
         transport = request.transport
-        peer = transport.get_extra_info("peername") if transport else None
-        local = transport.get_extra_info("sockname") if transport else None
+        if transport is None:
+            return False
+        known = self._peers.get(transport)  # one look per connection: its peer stays
+        if known is not None:
+            return known
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
         if not (isinstance(peer, tuple) and isinstance(local, tuple)):
             return False  # not TCP (a Unix socket): no conversation reaches it
-        uid = await asyncio.to_thread(peer_uid, peer[:2], local[:2])
+        uid = await asyncio.to_thread(peer_uid, peer[:2], local[:2])  # ~ms: /proc/net/tcp
         accounts = self.ctx.core.accounts
-        return uid is not None and accounts.uid_min <= uid <= accounts.uid_max
+        refused = uid is not None and accounts.uid_min <= uid <= accounts.uid_max
+        self._peers[transport] = refused
+        return refused
 
     def _authorized(self, request: web.Request) -> bool:
         if self._token is None:
