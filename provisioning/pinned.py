@@ -78,21 +78,13 @@ def chmod_entry(dir_fd: int, name: str | bytes, mode: int, expect: os.stat_resul
     changed. Returns False when the entry is a link, was swapped or is gone (nothing
     changed).
     """
-    try:
-        fd = os.open(os.fsencode(name), PATH_FLAGS, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return False
-    try:
-        st = os.fstat(fd)
-        if (
-            stat.S_ISLNK(st.st_mode)
-            or stat.S_ISDIR(st.st_mode)
-            or (st.st_ino, st.st_dev, st.st_uid) != (expect.st_ino, expect.st_dev, expect.st_uid)
-        ):
+    with _pinned_entry(dir_fd, name, expect) as pinned:
+        if pinned is None:
+            return False
+        fd, st = pinned
+        if stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode):
             return False
         return _chmod_pinned(fd, mode, os.fsdecode(name))
-    finally:
-        os.close(fd)
 
 
 def chown_entry(
@@ -107,20 +99,31 @@ def chown_entry(
     with ``AT_EMPTY_PATH``, which clears setuid/setgid) and then its mode set. Returns False,
     changing nothing, when the entry is a link, was swapped, has another name or is gone.
     """
-    try:
-        fd = os.open(os.fsencode(name), PATH_FLAGS, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return False
-    try:
-        st = os.fstat(fd)
-        if (
-            not stat.S_ISREG(st.st_mode)
-            or st.st_nlink != 1
-            or (st.st_ino, st.st_dev, st.st_uid) != (expect.st_ino, expect.st_dev, expect.st_uid)
-        ):
+    with _pinned_entry(dir_fd, name, expect) as pinned:
+        if pinned is None:
+            return False
+        fd, st = pinned
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             return False
         _chown_pinned(fd, uid, gid, os.fsdecode(name))
         return _chmod_pinned(fd, mode, os.fsdecode(name))
+
+
+@contextmanager
+def _pinned_entry(
+    dir_fd: int, name: str | bytes, expect: os.stat_result
+) -> Iterator[tuple[int, os.stat_result] | None]:
+    """``name`` in ``dir_fd`` pinned (``O_PATH | O_NOFOLLOW``) with its fstat, or None when
+    it is gone or no longer the inode and owner ``expect`` (its lstat) says."""
+    try:
+        fd = os.open(os.fsencode(name), PATH_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        yield None
+        return
+    try:
+        st = os.fstat(fd)
+        same = (st.st_ino, st.st_dev, st.st_uid) == (expect.st_ino, expect.st_dev, expect.st_uid)
+        yield (fd, st) if same else None
     finally:
         os.close(fd)
 

@@ -345,10 +345,12 @@ class TelegramAdapter:
         text, alert = "", False
         pressed: tuple[Message, str, PressResult] | None = None
         try:
-            first = self._keyed_on(chat.id) if chat else None
             if not self.rules.user_allowed(
-                user, chat.id if chat else None, getattr(chat, "username", None)
-            ) and not (chat and first != chat.id and self.rules.user_allowed(user, first, None)):
+                user,
+                chat.id if chat else None,
+                getattr(chat, "username", None),
+                self._keyed_on(chat.id) if chat else None,
+            ):
                 self.ctx.metrics.messages.labels("telegram", "denied").inc()
                 text, alert = "You are not allowed to use this bot.", True
             elif query.data:

@@ -553,8 +553,19 @@ class Rules:
     operators: frozenset[str]
     group_trigger: str  # "mention" | "all"
 
-    def user_allowed(self, user: User, chat_id: int | None, chat_username: str | None) -> bool:
+    def user_allowed(
+        self,
+        user: User,
+        chat_id: int | None,
+        chat_username: str | None,
+        keyed_on: int | None = None,
+    ) -> bool:
+        """``keyed_on``: the id the chat's conversations are keyed on when it is not its
+        own (a group upgraded to a supergroup, see moves.py): an allowlist naming either id
+        lets it in."""
         if self.allow_everyone:
+            return True
+        if keyed_on is not None and keyed_on != chat_id and str(keyed_on) in self.allowed_chats:
             return True
         if chat_id is not None and (
             str(chat_id) in self.allowed_chats
@@ -718,9 +729,7 @@ def to_inbound(
         return Ignored("ignored", "sent on behalf of a chat, not by a person")
     chat = message.chat
     first = chat.id if keyed_on is None else keyed_on
-    if not rules.user_allowed(user, chat.id, chat.username) and not (
-        first != chat.id and rules.user_allowed(user, first, None)
-    ):
+    if not rules.user_allowed(user, chat.id, chat.username, keyed_on):
         return Ignored("denied", f"user {user.id} in chat {chat.id} is not on the allowlist")
     text = message.text or message.caption or ""
     files = attachments(message)

@@ -97,6 +97,7 @@ def parse_envelope(
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     tool_calls = [c for c in _list(env.get("toolCalls")) if isinstance(c, dict)]
     artifacts = [a for a in _list(env.get("artifacts")) if isinstance(a, dict)]
+    cost = _cost(env.get("costUSD"))
     flags = {
         k: env[k]
         for k in (
@@ -113,8 +114,8 @@ def parse_envelope(
     common: dict[str, Any] = {
         # known only as a finite amount >= 0: a string, a missing or a negative cost (which
         # would lower the day's spend below a cap) is a run nobody can price
-        "cost_usd": _cost(env.get("costUSD")) or 0.0,
-        "cost_known": env.get("costKnown") is True and _cost(env.get("costUSD")) is not None,
+        "cost_usd": cost or 0.0,
+        "cost_known": env.get("costKnown") is True and cost is not None,
         "prompt_tokens": _int(usage.get("promptTokens")),
         "completion_tokens": _int(usage.get("completionTokens")),
         "total_tokens": _int(usage.get("totalTokens")),
