@@ -51,7 +51,10 @@ MAX_BACKOFF_S = 5.0
 ANSWER_ATTEMPTS = 3  # tries to deliver one answer when the daemon fails transiently
 ANSWER_BACKOFF_S = 0.25  # the pause before the first retry; doubled for each next one
 TRANSIENT_STATUSES = frozenset({429})  # and every 5xx: worth another try
-ANSWERED_ALREADY = 409  # on a retry: the earlier attempt landed, the item is not pending
+# the item is not pending: on a retry, the earlier attempt landed; on a first try, it was
+# settled on the daemon (in Jazz's own UI) while the person was deciding. Either way the run
+# is not parked on it, so nothing is refused and the run goes on.
+ANSWERED_ALREADY = 409
 
 WAITING_STATES = frozenset({"input-required"})
 ACTIVE_STATES = frozenset(
@@ -621,8 +624,9 @@ class DaemonRunHandle(RunHandle):
         """POST one answer, retrying transient failures; ``None`` once delivered, else why not.
 
         A 5xx, a 429 or a network failure is tried again (``ANSWER_ATTEMPTS`` in all, with a
-        doubling pause); any other refusal is final. The reason never carries the daemon's
-        body: a daemon could echo the answer (a secret) back.
+        doubling pause); a 409 (nothing of that id pending) is no refusal; any other is final.
+        The reason never carries the daemon's body: a daemon could echo the answer (a secret)
+        back.
         """
         delay = ANSWER_BACKOFF_S
         problem = ""
@@ -650,7 +654,16 @@ class DaemonRunHandle(RunHandle):
             except DaemonProtocolError as exc:
                 problem = f"the Jazz daemon sent an unusable reply ({exc})"
                 continue
-            if status < 300 or (attempt > 1 and status == ANSWERED_ALREADY):
+            if status < 300:
+                return None
+            if status == ANSWERED_ALREADY:
+                if attempt == 1:
+                    log.info(
+                        "daemon run %s: the answer came after the daemon settled its item "
+                        "(HTTP %d); the run goes on",
+                        self.run_id,
+                        status,
+                    )
                 return None
             problem = (
                 f"the Jazz daemon refused the answer (HTTP {status}){self._hint(status, operator)}"

@@ -1,0 +1,126 @@
+"""Review of the daemon backend: what a person sees when the Jazz daemon misbehaves.
+
+Against the shared fake ``jazz daemon`` (aiohttp on 127.0.0.1): an answer to a prompt the
+daemon had settled itself, a Stop while the daemon hangs, a run the gateway gives up on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_daemon import OPERATOR, SUCCESS, TOKEN, WAIT, FakeDaemon, FakeRun, serving
+
+from bridge.config import RunnerSettings
+from bridge.runner.base import RunHandle, RunnerEvent, RunRequest, RunResult
+from bridge.runner.daemon import DaemonRunner
+from provisioning.accounts import Account
+from provisioning.homes import Home
+from provisioning.sandbox import RunIdentity
+
+
+def settings(url: str) -> RunnerSettings:
+    return RunnerSettings(
+        backend="daemon",
+        daemon_url=url,
+        daemon_token=TOKEN,
+        daemon_operator_token=OPERATOR,
+        daemon_poll_s=0.02,
+    )
+
+
+def make_request(tmp_path: Path, timeout_s: float = 30.0) -> RunRequest:
+    home = Home(
+        thread_key="web:local:c1",
+        name="web-local-c1",
+        path=tmp_path,
+        account=Account("me", os.getuid(), os.getgid()),
+        operator_gid=os.getgid(),
+        isolated=False,
+    )
+    return RunRequest(
+        home=home,
+        identity=RunIdentity(home=home, env={}, umask=0o077),
+        conversation="web:local:c1#1",
+        prompt="say hello",
+        agent="default",
+        approval_policy="low-risk",
+        timeout_s=timeout_s,
+    )
+
+
+@pytest.fixture
+async def daemon() -> AsyncIterator[FakeDaemon]:
+    async with serving(FakeDaemon()) as fake:
+        yield fake
+
+
+@pytest.fixture
+async def backend(daemon: FakeDaemon) -> AsyncIterator[DaemonRunner]:
+    runner = DaemonRunner(settings(daemon.url), stop_grace_s=2.0)
+    try:
+        yield runner
+    finally:
+        await asyncio.wait_for(runner.close(), WAIT)
+
+
+async def _polls_or_cancel(daemon: FakeDaemon, polls: int) -> None:
+    """``polls`` more polls of the run, or its cancel, whichever comes first."""
+    waits = [
+        asyncio.ensure_future(daemon.wait_polls(polls)),
+        asyncio.ensure_future(daemon.cancelled.wait()),
+    ]
+    try:
+        await asyncio.wait(waits, timeout=WAIT, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def _drain(handle: RunHandle, on_event: Any) -> tuple[list[RunnerEvent], RunResult]:
+    async def go() -> tuple[list[RunnerEvent], RunResult]:
+        events = []
+        async for event in handle.events():
+            events.append(event)
+            await on_event(event)
+        return events, await handle.wait()
+
+    return await asyncio.wait_for(go(), WAIT)
+
+
+async def test_an_answer_to_a_prompt_the_daemon_settled_itself_does_not_cancel_the_run(
+    daemon: FakeDaemon, backend: DaemonRunner, tmp_path: Path
+) -> None:
+    """The approval is shown in the chat; meanwhile it is settled on the daemon (answered
+    in Jazz's own UI) and the run works on. The person then presses Approve: the daemon
+    answers 409 (nothing of that id is pending). The run must go on and its answer reach
+    the chat; it was cancelled as if the answer had been refused, and the person got
+    'answer_refused' for a run that was doing fine."""
+
+    def park(run: FakeRun) -> None:
+        run.state = "input-required"
+        run.pending = {"kind": "approval", "toolCallId": "tc-1", "toolName": "bash"}
+
+    daemon.on_create = park
+    handle = await backend.start(make_request(tmp_path))
+
+    async def on_event(event: RunnerEvent) -> None:
+        if event.type != "approval_required":
+            return
+        run = daemon.run
+        run.state, run.pending = "running", []  # settled on the daemon itself
+        await daemon.wait_polls(2)
+        daemon.answer_failures = [409]
+        await handle.answer({"type": "approval_decision", "toolCallId": "tc-1", "approved": True})
+        await _polls_or_cancel(daemon, 3)
+        if not daemon.cancelled.is_set():
+            run.finish(SUCCESS)
+
+    _, result = await _drain(handle, on_event)
+    assert not daemon.cancelled.is_set(), "a healthy run was cancelled"
+    assert result.ok and result.answer == SUCCESS["answer"], result
