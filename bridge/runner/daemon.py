@@ -47,6 +47,7 @@ MAX_BODY = 64 * 1024 * 1024  # a poll answer larger than this is not one
 STDERR_TAIL = 20
 UNREACHABLE_S = 30.0  # how long a daemon may stop answering mid-run before we give up
 STOP_GRACE_S = 10.0  # how long to wait for the daemon to confirm a cancel
+STOP_SLACK_S = 1.0  # past the grace, for the poll under way to end before it is cut off
 MAX_BACKOFF_S = 5.0
 ANSWER_ATTEMPTS = 3  # tries to deliver one answer when the daemon fails transiently
 ANSWER_BACKOFF_S = 0.25  # the pause before the first retry; doubled for each next one
@@ -691,9 +692,12 @@ class DaemonRunHandle(RunHandle):
         self._cancel_sent = True
         self._stop_deadline = time.monotonic() + self.runner.stop_grace_s
         try:
-            status, _ = await self.runner.request("POST", f"{self.path}/cancel", body={})
-            if status in (404, 405):
-                status, _ = await self.runner.request("DELETE", self.path)
+            # bounded by the grace, not the 30 s request timeout: a Stop on a daemon that
+            # hangs is answered (and the conversation freed) within it
+            async with asyncio.timeout(self.runner.stop_grace_s):
+                status, _ = await self.runner.request("POST", f"{self.path}/cancel", body={})
+                if status in (404, 405):
+                    status, _ = await self.runner.request("DELETE", self.path)
         except (*NETWORK_ERRORS, DaemonProtocolError) as exc:
             log.warning("daemon run %s: cancel not delivered (%s)", self.run_id, describe(exc))
             return
@@ -707,7 +711,9 @@ class DaemonRunHandle(RunHandle):
             self._stop_reason = reason
         await self._cancel()
         self._wake.set()
-        done, _ = await asyncio.wait({self._task}, timeout=self.runner.stop_grace_s + 1)
+        deadline = self._stop_deadline or time.monotonic() + self.runner.stop_grace_s
+        left = max(deadline - time.monotonic(), 0.0) + STOP_SLACK_S
+        done, _ = await asyncio.wait({self._task}, timeout=left)
         if not done:  # stuck in a request to an unresponsive daemon
             self._task.cancel()
             await asyncio.wait({self._task})

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from fake_daemon import OPERATOR, SUCCESS, TOKEN, WAIT, FakeDaemon, FakeRun, serving
 
 from bridge.config import RunnerSettings
@@ -124,3 +126,46 @@ async def test_an_answer_to_a_prompt_the_daemon_settled_itself_does_not_cancel_t
     _, result = await _drain(handle, on_event)
     assert not daemon.cancelled.is_set(), "a healthy run was cancelled"
     assert result.ok and result.answer == SUCCESS["answer"], result
+
+
+class HangingCancel(FakeDaemon):
+    """A daemon that takes a cancel and never answers it (stuck, or busy tearing down)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        self.cancelled.set()
+        await asyncio.wait_for(self.release.wait(), 60)
+        return web.json_response({"ok": True})
+
+
+STOP_GRACE_S = 0.5
+
+
+async def test_stop_on_a_daemon_that_does_not_answer_the_cancel_is_answered_within_its_grace(
+    tmp_path: Path,
+) -> None:
+    """The person presses Stop (or types /stop); the daemon takes the cancel and hangs.
+    The stop must be over within the stop grace (the run reported interrupted, the /stop
+    answered, the conversation free), not after the 30 s HTTP timeout of the cancel
+    request on top of it."""
+    fake = HangingCancel()
+    async with serving(fake):
+        runner = DaemonRunner(settings(fake.url), stop_grace_s=STOP_GRACE_S)
+        try:
+            handle = await runner.start(make_request(tmp_path))
+            await fake.wait_polls(1)
+            began = time.monotonic()
+            stopping = asyncio.ensure_future(handle.stop("stopped"))
+            done, _ = await asyncio.wait({stopping}, timeout=STOP_GRACE_S + 2.5)
+            took = time.monotonic() - began
+            fake.release.set()
+            await asyncio.wait_for(stopping, WAIT * 8)
+            assert done, f"stop took {took:.1f}s with a {STOP_GRACE_S}s grace"
+            result = await asyncio.wait_for(handle.wait(), WAIT)
+            assert not result.ok and result.code == "interrupted" and result.stopped, result
+        finally:
+            fake.release.set()
+            await asyncio.wait_for(runner.close(), WAIT)
