@@ -57,6 +57,9 @@ TRANSIENT_STATUSES = frozenset({429})  # and every 5xx: worth another try
 # is not parked on it, so nothing is refused and the run goes on.
 ANSWERED_ALREADY = 409
 
+# poll failures that leave nothing on the daemon to cancel (it no longer knows the run)
+ABANDON_NOTHING = frozenset({"run_lost"})
+
 WAITING_STATES = frozenset({"input-required"})
 ACTIVE_STATES = frozenset(
     {"queued", "pending", "starting", "running", "working", "input-required", "paused"}
@@ -345,7 +348,19 @@ class DaemonRunHandle(RunHandle):
                 await self._sleep()
             run, failed = await self._fetch()
             if failed is not None:
+                await self._abandon(failed)
                 return failed
+
+    async def _abandon(self, failed: RunResult) -> None:
+        """Cancel, best effort, a run given up on that may still be working on the daemon.
+
+        The person is told it failed and the conversation is freed: left running, it would
+        run beside their next message in the same conversation (forking its history).
+        """
+        if failed.code in ABANDON_NOTHING or self._cancel_sent:
+            return
+        log.warning("daemon run %s: given up on (%s); cancelling it", self.run_id, failed.code)
+        await self._cancel()
 
     async def _sleep(self) -> None:
         delay = self.runner.poll_s

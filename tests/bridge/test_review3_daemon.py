@@ -169,3 +169,37 @@ async def test_stop_on_a_daemon_that_does_not_answer_the_cancel_is_answered_with
         finally:
             fake.release.set()
             await asyncio.wait_for(runner.close(), WAIT)
+
+
+class FailingPolls(FakeDaemon):
+    """A daemon whose run works on while every poll of it fails with ``status``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__()
+        self.status = status
+
+    async def get(self, request: web.Request) -> web.Response:
+        return web.json_response({"error": "status store is sad"}, status=self.status)
+
+
+@pytest.mark.parametrize("status", [500, 400])
+async def test_a_run_the_gateway_gives_up_on_is_cancelled_on_the_daemon(
+    tmp_path: Path, status: int
+) -> None:
+    """The daemon runs the turn but cannot report it (every poll a 5xx for longer than
+    the gateway waits, or a 4xx). The gateway tells the person the run failed and frees
+    the conversation; the run must not go on on the daemon, unseen: the person's next
+    message would run beside it in the same conversation and fork its history, and its
+    answer would never reach the chat."""
+    fake = FailingPolls(status)
+    async with serving(fake):
+        runner = DaemonRunner(settings(fake.url), unreachable_s=0.3, stop_grace_s=STOP_GRACE_S)
+        try:
+            handle = await runner.start(make_request(tmp_path))
+            result = await asyncio.wait_for(handle.wait(), WAIT)
+        finally:
+            await asyncio.wait_for(runner.close(), WAIT)
+    assert not result.ok and result.code in ("daemon_unreachable", "daemon_error"), result
+    cancels = [s for s in fake.seen if s.path.endswith("/cancel") or s.method == "DELETE"]
+    assert cancels, f"run left running on the daemon after {result.code}"
+    assert fake.run.state == "cancelled"
