@@ -16,11 +16,13 @@ import re
 import time
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from bridge import rules
 from bridge.model import Attachment, Inbound, Outgoing, ReplyKind, ReplyTarget
@@ -51,6 +53,17 @@ ROLE_BY_KIND = {
 }
 SSE_HEARTBEAT_S = 15.0
 MAX_LIVE_BUBBLES = 20  # progress bubbles (not in the store) kept per thread
+# buttons shown (Stops included, which the store does not keep) remembered with their thread
+MAX_KNOWN_CHOICES = 10_000
+NOT_THIS_THREAD = "This button is not from this thread (or it has expired)."
+# what a web page that is not this chat may do with it: nothing, not even frame it (a decoy
+# over the frame would get the click that approves a tool)
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
 
 
 def _bad(message: str, status: int = 400) -> web.Response:
@@ -77,6 +90,17 @@ class WebSurface:
         self.live: dict[str, dict[str, dict[str, Any]]] = {}  # thread -> ref -> bubble
         # thread -> the queues of its open event streams; a thread without one has no key
         self.listeners: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
+        # a shown button's token (before its code) -> its thread, the newest kept
+        self.choice_threads: OrderedDict[str, str] = OrderedDict()
+
+    def _remember_choices(self, thread: str, message: Outgoing) -> None:
+        """Note the thread of each button ``message`` shows: a press is taken there only."""
+        for choice in message.choices:
+            key = choice_key(choice.token)
+            self.choice_threads[key] = thread
+            self.choice_threads.move_to_end(key)
+        while len(self.choice_threads) > MAX_KNOWN_CHOICES:
+            self.choice_threads.popitem(last=False)
 
     def _publish(self, thread: str, event: dict[str, Any]) -> None:
         for queue in list(self.listeners.get(thread, ())):
@@ -102,6 +126,7 @@ class WebSurface:
     async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
         thread = self._thread(target)
         entry = self._entry(message, reply_key)
+        self._remember_choices(thread, message)
         if reply_key.startswith("progress:"):
             bubbles = self.live.setdefault(thread, {})
             bubbles[reply_key] = entry
@@ -113,6 +138,7 @@ class WebSurface:
     async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
         thread = self._thread(target)
         entry = self._entry(message, ref)
+        self._remember_choices(thread, message)
         bubbles = self.live.get(thread, {})
         if ref in bubbles:
             entry["at"] = bubbles[ref]["at"]
@@ -253,13 +279,12 @@ class WebAdapter:
 
     def _thread(self, request: web.Request) -> str | None:
         thread = request.match_info["thread"]
-        return thread if THREAD_RE.match(thread) else None
+        # fullmatch: "$" would also take a name ending in a newline (a 500 further on)
+        return thread if THREAD_RE.fullmatch(thread) else None
 
     async def page(self, request: web.Request) -> web.Response:
         html = resources.files("adapters.web").joinpath("static/index.html").read_text("utf-8")
-        return web.Response(
-            text=html, content_type="text/html", headers={"Cache-Control": "no-store"}
-        )
+        return web.Response(text=html, content_type="text/html", headers=PAGE_HEADERS)
 
     async def _json(self, request: web.Request) -> dict[str, Any] | web.Response:
         if not self._authorized(request):
@@ -271,6 +296,8 @@ class WebAdapter:
             return _bad("body is not valid JSON")
         except LookupError:  # a charset Python does not know
             return _bad(f"unknown charset {request.charset!r}; send UTF-8")
+        except (BadHttpMessage, web.RequestPayloadError) as exc:  # e.g. "gzip" that is not
+            return _bad(f"the body could not be read (check its Content-Encoding): {exc}")
         if not isinstance(body, dict):
             return _bad("body must be a JSON object")
         for key, value in body.items():
@@ -325,7 +352,7 @@ class WebAdapter:
         settled: dict[int, str] = {}
         for e in entries:
             if e.role == "prompt" and e.choices and e.reply_id is not None:
-                prompt = await self.ctx.store.get_prompt(str(e.choices[0]["token"]).split(".")[0])
+                prompt = await self.ctx.store.get_prompt(choice_key(str(e.choices[0]["token"])))
                 if prompt is None or prompt.state != "pending":
                     state = prompt.state if prompt else "expired"
                     settled[e.reply_id] = "✅ answered" if state == "answered" else "⌛ expired"
@@ -367,6 +394,10 @@ class WebAdapter:
         if not isinstance(user, str) or not user or not isinstance(token, str) or not token:
             return _bad("'user' and 'token' must be non-empty strings")
         try:
+            if not await self._shown_in(thread, token):
+                # another thread's button (or another platform's): its run is not this one's
+                expired = PressStatus.EXPIRED.value
+                return web.json_response({"status": expired, "text": NOT_THIS_THREAD}, status=410)
             result = await self.ctx.gateway.press(token, user, is_operator=user in self._operators)
         except StoreError as exc:
             return _not_stored(exc)
@@ -374,6 +405,17 @@ class WebAdapter:
         return web.json_response(
             {"status": result.status.value, "text": result.text}, status=status[result.status]
         )
+
+    async def _shown_in(self, thread: str, token: str) -> bool:
+        """Whether ``token`` is a button shown in ``thread``: remembered since it was shown,
+        or (a prompt shown before a restart) its stored prompt is this thread's."""
+        key = choice_key(token)
+        shown = self.surface.choice_threads.get(key)
+        if shown is not None:
+            return shown == thread
+        record = await self.ctx.store.get_prompt(key)
+        conv = await self.ctx.store.conversation(record.conversation_id) if record else None
+        return conv is not None and conv.thread_key == f"web:{thread}"
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         thread = self._thread(request)
@@ -409,6 +451,11 @@ class WebAdapter:
             if not queues:  # the thread's last stream: its name is forgotten with it
                 self.surface.listeners.pop(thread, None)
         return response
+
+
+def choice_key(token: str) -> str:
+    """The part of a button's token that names its prompt or run (before ``.<code>``)."""
+    return token.partition(".")[0]
 
 
 def _hostname(host: str) -> str:
