@@ -39,6 +39,13 @@ FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
 # the token in a Bot API URL (/bot<token>/method, /file/bot<token>/path): aiohttp's errors
 # quote the URL they failed on, and their text reaches /healthz and the logs
 TOKEN_IN_URL = re.compile(r"(?<=/bot)[^/\s'\"]+")
+# a file name as httpx (PTB's own transport, HTML5 form encoding) sends it: UTF-8, with only
+# the quote and the control characters but ESC percent-encoded. aiohttp's default quoting
+# percent-encodes every other byte too, and Telegram shows the name as it arrives
+# ("my%20report.pdf"); a raw line break is refused by aiohttp as a header injection.
+FILENAME_ESCAPES = str.maketrans(
+    {'"': "%22", **{chr(c): f"%{c:02X}" for c in range(0x20) if c != 0x1B}}
+)
 
 
 def env_proxy(url: str) -> str | None:
@@ -53,6 +60,16 @@ def env_proxy(url: str) -> str | None:
     if not parts.hostname or bypass(parts.hostname, proxies):
         return None
     return proxies.get(parts.scheme) or proxies.get("all")
+
+
+def form_filename(name: str) -> str:
+    """``name`` as a multipart ``filename`` Telegram shows as written (see FILENAME_ESCAPES).
+
+    Half a surrogate pair (a runner's JSON can name a file with a byte that is not UTF-8)
+    cannot be encoded at all: it becomes U+FFFD, not an error on every try.
+    """
+    text = name.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.translate(FILENAME_ESCAPES)
 
 
 def _content_size(content: Any) -> int:
@@ -153,11 +170,13 @@ class AiohttpRequest(BaseRequest):
         body: Any = None
         headers: dict[str, str] | None = None
         if files:
-            form = aiohttp.FormData()
+            # names escaped here as httpx does; aiohttp's own quoting would garble them
+            form = aiohttp.FormData(quote_fields=False)
             for name, value in (fields or {}).items():
                 form.add_field(name, value)
             for part, (filename, content, mimetype) in files.items():
-                form.add_field(part, content, filename=filename, content_type=mimetype)
+                shown = form_filename(filename) if filename is not None else None
+                form.add_field(part, content, filename=shown, content_type=mimetype)
             body = form
         elif fields:
             # application/x-www-form-urlencoded, as HTTPXRequest sends it; encoded here, as
