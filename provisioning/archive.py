@@ -10,9 +10,11 @@ directory descriptors opened with ``O_NOFOLLOW`` and never follows a link (a lin
 stored as a link); unpacking refuses members that would land outside the home (absolute
 names, ``..``, links pointing out, devices, FIFOs, hard links) and extracts into a private
 staging directory that is renamed into place only when complete and flushed (files and
-directories), and only then is the tarball deleted. The tarball is written to a temp file,
-flushed and renamed, and the packed home leaves ``chats/`` in one rename before it is
-deleted, so a crash (or a delete that fails half-way) leaves the home or a whole archive.
+directories), and only then is the tarball deleted; an archive that is cut short, garbled
+or fails gzip's CRC is refused whole and kept (the tarball is the home's only copy). The
+tarball is written to a temp file, flushed and renamed, and the packed home leaves
+``chats/`` in one rename before it is deleted, so a crash (or a delete that fails half-way)
+leaves the home or a whole archive.
 
 A file with holes (``truncate -s 1T`` costs a conversation nothing) is packed by its data
 only: a file whose allocated blocks are fewer than its size is read extent by extent
@@ -315,6 +317,10 @@ def _filled_in(extents: list[tuple[int, int]], most: int, arc: str) -> list[tupl
     return merged
 
 
+# tarfile's "the end-of-archive blocks" (not in typeshed, hence getattr)
+_END_OF_ARCHIVE: type[tarfile.HeaderError] = getattr(tarfile, "EOFHeaderError")  # noqa: B009
+
+
 class _SparseSafeInfo(tarfile.TarInfo):
     """``tarfile``'s reading of a GNU sparse 1.0 member whose stored size (map and data)
     is 8 GiB or more, fixed: such a member carries a PAX ``size`` record, which ``tarfile``
@@ -337,6 +343,19 @@ class _SparseSafeInfo(tarfile.TarInfo):
             tar.offset = map_start + tarfile_block(int(headers["size"]))
             member.size = int(headers["GNU.sparse.realsize"])
         return member
+
+    @classmethod
+    def fromtarfile(cls, tar: tarfile.TarFile) -> _SparseSafeInfo:
+        """The next header; a header cut short, empty or garbled is an ArchiveError (tarfile
+        ends the listing there without a word, and the home would come back half)."""
+        try:
+            return super().fromtarfile(tar)
+        except _END_OF_ARCHIVE:
+            raise  # the end-of-archive blocks: the one right way for the listing to end
+        except tarfile.HeaderError as exc:
+            raise ArchiveError(
+                f"the archive is damaged at byte {tar.offset} of its tar stream ({exc})"
+            ) from exc
 
 
 def tarfile_block(count: int) -> int:
@@ -681,7 +700,8 @@ def restore_home(root: RootInfo, name: str) -> ArchiveResult:
                 try:
                     with tarfile.open(source, mode="r:gz", tarinfo=_SparseSafeInfo) as tar:
                         refused = _extract(tar, staging_fd, name, layout)
-                except (tarfile.TarError, EOFError, OSError) as exc:
+                        _read_to_the_end(tar)
+                except (tarfile.TarError, EOFError, OSError, ArchiveError) as exc:
                     raise ArchiveError(f"cannot unpack {source}: {exc}") from exc
             if not os.path.isdir(staging / name):
                 raise ArchiveError(f"{source} holds no directory {name}/; left it untouched")
@@ -696,6 +716,15 @@ def restore_home(root: RootInfo, name: str) -> ArchiveResult:
         log.warning("restoring %s: refused member %r (it would leave the home)", name, member)
     log.info("restored home %s from %s", home, source)
     return ArchiveResult(name, source, size, 0, tuple(refused))
+
+
+def _read_to_the_end(tar: tarfile.TarFile) -> None:
+    """Read the compressed stream past the tar's end, so gzip checks its CRC and length:
+    tarfile stops at the end-of-archive blocks, and a flipped bit inside a file's bytes
+    would otherwise come back as the home's (and its only copy, the tarball, be deleted)."""
+    stream = cast(IO[bytes], tar.fileobj)
+    while stream.read(COPY_CHUNK):
+        pass
 
 
 def restore_if_archived(root: RootInfo, name: str) -> bool:

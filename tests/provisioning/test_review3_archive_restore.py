@@ -1,0 +1,76 @@
+"""Restoring a damaged archive: it is refused whole and kept, never half-restored.
+
+The restore deletes the tarball once the home is back, so the tarball is the only copy of
+the home: a restore that takes damaged bytes for the home's (a flipped bit, a stream cut
+short) loses the conversation's files for good.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import random
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from provisioning import naming
+from provisioning.archive import ArchiveError, archive_home, restore_home, tarball_path
+from provisioning.layout import RootInfo, init_root
+
+FILES = 5
+FILE_BYTES = 50_000  # random: deflate stores it as is, so a flipped byte still inflates
+
+
+def _archived_home(tmp_path: Path) -> tuple[RootInfo, str, dict[str, bytes]]:
+    info = init_root(tmp_path / "r")
+    name = naming.home_name("web:damaged")
+    home = info.layout.home(name)
+    home.mkdir(mode=0o700)
+    files = {f"f{i}.bin": random.Random(i).randbytes(FILE_BYTES) for i in range(FILES)}
+    for file, data in files.items():
+        (home / file).write_bytes(data)
+    archive_home(info, name)
+    return info, name, files
+
+
+def _refused_and_kept(info: RootInfo, name: str, damaged: bytes) -> None:
+    tarball = tarball_path(info.layout, name)
+    tarball.write_bytes(damaged)
+    with pytest.raises(ArchiveError, match=str(tarball)):
+        restore_home(info, name)
+    assert tarball.read_bytes() == damaged, "the only copy of the home was deleted"
+    assert os.listdir(info.layout.chats) == [], "a home or staging directory was left"
+
+
+def test_a_flipped_byte_is_refused_not_restored_as_the_home(tmp_path: Path) -> None:
+    info, name, _files = _archived_home(tmp_path)
+    damaged = bytearray(tarball_path(info.layout, name).read_bytes())
+    damaged[len(damaged) // 2] ^= 0x01  # inside a file's stored bytes: only the CRC tells
+    _refused_and_kept(info, name, bytes(damaged))
+
+
+def test_an_archive_cut_short_is_refused_not_half_restored(tmp_path: Path) -> None:
+    info, name, _files = _archived_home(tmp_path)
+    tar = gzip.decompress(tarball_path(info.layout, name).read_bytes())
+    with tarfile.open(fileobj=io.BytesIO(tar)) as whole:
+        third = whole.getmembers()[3].offset
+    # a tar stream that stops inside a header (tar killed in ``tar c | gzip``): the gzip
+    # stream around it is whole, so only the missing end-of-archive blocks tell
+    _refused_and_kept(info, name, gzip.compress(tar[: third + 100]))
+
+
+def test_an_archive_missing_its_gzip_trailer_is_refused(tmp_path: Path) -> None:
+    info, name, _files = _archived_home(tmp_path)
+    whole = tarball_path(info.layout, name).read_bytes()
+    _refused_and_kept(info, name, whole[:-8])  # no CRC and length: nothing vouches for it
+
+
+def test_a_whole_archive_still_comes_back(tmp_path: Path) -> None:
+    info, name, files = _archived_home(tmp_path)
+    restore_home(info, name)
+    home = info.layout.home(name)
+    assert {f: (home / f).read_bytes() for f in sorted(os.listdir(home))} == files
+    assert not tarball_path(info.layout, name).exists()
