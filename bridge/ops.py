@@ -4,11 +4,13 @@ The same answers as ``jazz-bridge homes list`` and ``homes show`` (both come fro
 :class:`bridge.operators.Operators`), for an operator who has a browser rather than a
 shell on the gateway's host. It is mounted only when ``ops.token`` is configured (else
 ``/ops`` is 404). The token is given as ``Authorization: Bearer <token>`` or once as
-``?token=<token>``: then the page sets an HttpOnly, SameSite=Strict cookie (a value
-derived from the token, not the token) and redirects to the same page without it, so
-links work and the token does not stay in the address bar or history. Every comparison
-is constant-time. Everything shown is escaped (thread keys and texts are user input),
-and the pages carry a Content-Security-Policy that allows no script at all.
+``?token=<token>``: then the page sets an HttpOnly, SameSite=Strict cookie (its expiry
+signed with the token, not the token) that lasts ``COOKIE_TTL_S`` and redirects to the
+same page without it, so links work and the token does not stay in the address bar or
+history. Another Authorization scheme (a proxy's ``Basic`` password) is not the
+operator's token and is left alone. Every comparison is constant-time. Everything shown
+is escaped (thread keys and texts are user input), and the pages carry a
+Content-Security-Policy that allows no script at all.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from html import escape
@@ -30,6 +33,8 @@ from .operators import LIST_COLUMNS, OPS_SIZE_TTL_S, Operators
 log = logging.getLogger(__name__)
 
 COOKIE = "jazz_bridge_ops"
+COOKIE_TTL_S = 12 * 3600  # a login lasts a working day; then ?token= again
+BEARER = "bearer "
 PREFIX = "/ops"
 TRANSCRIPT_LIMIT = 500
 RECENT_RUNS = 50
@@ -52,9 +57,37 @@ th{background:#f3f3f3} .num{text-align:right} .msg{white-space:pre-wrap;max-widt
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _cookie_value(token: bytes) -> str:
-    """What the cookie holds: derived from the token, so the cookie is not the token."""
-    return hmac.new(token, b"jazz-bridge ops cookie", hashlib.sha256).hexdigest()
+def _cookie_mac(token: bytes, expires: str) -> str:
+    message = b"jazz-bridge ops cookie " + expires.encode("ascii")
+    return hmac.new(token, message, hashlib.sha256).hexdigest()
+
+
+def _cookie_value(token: bytes, now: float) -> str:
+    """What the cookie holds: its expiry and a MAC of it keyed by the token (not the token),
+    so a copied cookie stops working and its holder cannot make it last longer."""
+    expires = str(int(now + COOKIE_TTL_S))
+    return f"{expires}.{_cookie_mac(token, expires)}"
+
+
+def _cookie_refusal(token: bytes, value: str, now: float) -> int | None:
+    """None for a cookie this view issued that has not expired; else the status: 401 for an
+    expired one (log in again), 403 for one it did not issue."""
+    expires, _, mac = value.partition(".")
+    if not (expires.isascii() and expires.isdigit()):
+        return 403
+    signed = hmac.compare_digest(
+        mac.encode("utf-8", "surrogateescape"), _cookie_mac(token, expires).encode()
+    )
+    if not signed:
+        return 403
+    return None if now < int(expires) else 401
+
+
+def _bearer(header: str) -> str | None:
+    """The token of a ``Bearer`` Authorization (scheme in any case), else None."""
+    if header[: len(BEARER)].lower() != BEARER:
+        return None
+    return header[len(BEARER) :].strip()
 
 
 def _page(title: str, body: str) -> web.Response:
@@ -90,13 +123,12 @@ class OpsView:
     def __init__(self, operators: Operators, token: SecretStr) -> None:
         self.operators = operators
         self._token = token.get_secret_value().encode()
-        self._cookie = _cookie_value(self._token).encode()
 
     def _check(self, request: web.Request) -> web.StreamResponse | None:
         """None when authorized; else the refusal (401 no token, 403 wrong one) or a redirect."""
-        header = request.headers.get("Authorization", "")
-        if header:
-            given = header.removeprefix("Bearer ").strip().encode("utf-8", "surrogateescape")
+        bearer = _bearer(request.headers.get("Authorization", ""))
+        if bearer is not None:  # another scheme (a proxy's Basic) is not ours: not refused
+            given = bearer.encode("utf-8", "surrogateescape")
             return None if hmac.compare_digest(given, self._token) else self._refuse(403)
         if "token" in request.query:
             given = request.query["token"].encode("utf-8", "surrogateescape")
@@ -108,7 +140,8 @@ class OpsView:
             response = web.Response(status=303, headers={**HEADERS, "Location": str(target)})
             response.set_cookie(
                 COOKIE,
-                self._cookie.decode(),
+                _cookie_value(self._token, time.time()),
+                max_age=COOKIE_TTL_S,
                 path=PREFIX,
                 httponly=True,
                 samesite="Strict",
@@ -117,14 +150,15 @@ class OpsView:
             return response
         cookie = request.cookies.get(COOKIE)
         if cookie is not None:
-            ok = hmac.compare_digest(cookie.encode("utf-8", "surrogateescape"), self._cookie)
-            return None if ok else self._refuse(403)
+            status = _cookie_refusal(self._token, cookie, time.time())
+            return None if status is None else self._refuse(status)
         return self._refuse(401)
 
     @staticmethod
     def _refuse(status: int) -> web.Response:
         text = (
-            "missing operator token: open /ops?token=... or send Authorization: Bearer ..."
+            "missing (or expired) operator login: open /ops?token=... or send "
+            "Authorization: Bearer ..."
             if status == 401
             else "wrong operator token"
         )
