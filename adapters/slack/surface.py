@@ -46,6 +46,7 @@ import pyromark
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bridge.markdown import code_span
 from bridge.model import Attachment, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import Capabilities, DeliveryError, FileTooLarge
 
@@ -123,6 +124,20 @@ def _unclear(exc: Exception) -> bool:
     if isinstance(exc, SlackApiError):
         return getattr(exc.response, "status_code", 0) >= 500
     return True
+
+
+def _refused_upload_text(name: str, size: int, exc: Exception) -> str:
+    """The note that stands for an artifact Slack would not take: the file, and why."""
+    response = exc.response if isinstance(exc, SlackApiError) else None
+    code = str(response.get("error") or "") if response is not None else ""
+    needed = str(response.get("needed") or "") if response is not None else ""
+    why = code or str(exc)
+    if needed:
+        why += f": the Slack app needs the {code_span(needed)} scope (reinstall it with it)"
+    return (
+        f"The agent made {code_span(name)} ({size:,} bytes), but Slack refused the upload "
+        f"({why}). The file is kept in this conversation's home."
+    )
 
 
 def _slack_time(ts: object) -> float:
@@ -756,6 +771,10 @@ class SlackSurface:
         *,
         reply_key: str,
     ) -> str:
+        """Upload an artifact into the thread. One Slack refuses for good (no ``files:write``,
+        uploads turned off, a file type the workspace bars) is replaced by a note in the
+        thread naming the file and Slack's reason, under the same reply key: else the
+        answer points at a file the person never gets, and only the log says why."""
         channel, thread_ts = self._where(target)
         kwargs: dict[str, Any] = {"channel": channel, "filename": name, "title": name}
         if thread_ts:
@@ -770,7 +789,12 @@ class SlackSurface:
             if _unclear(exc):  # it may be in the thread: find_sent looks before a resend
                 self._uploads_in_doubt[reply_key] = (name, len(data), sent_at)
                 self._in_flight_until[reply_key] = time.monotonic() + IN_FLIGHT_GRACE_S
-            raise slack_error(exc, "files_upload_v2") from exc
+            error = slack_error(exc, "files_upload_v2")
+            if not error.permanent:
+                raise error from exc
+            log.warning("slack: upload of %s refused (%s); posting a note instead", name, error)
+            note = Outgoing(ReplyKind.NOTICE, _refused_upload_text(name, len(data), exc))
+            return await self.send(target, note, reply_key=reply_key)
         self._uploads_in_doubt.pop(reply_key, None)
         self._in_flight_until.pop(reply_key, None)
         files = response.get("files") or [{}]
