@@ -47,6 +47,7 @@ MAX_BODY = 64 * 1024 * 1024  # a poll answer larger than this is not one
 STDERR_TAIL = 20
 UNREACHABLE_S = 30.0  # how long a daemon may stop answering mid-run before we give up
 STOP_GRACE_S = 10.0  # how long to wait for the daemon to confirm a cancel
+SETTLE_WAIT_S = 60.0  # how long the next run waits for a stopped run the daemon still runs
 STOP_SLACK_S = 1.0  # past the grace, for the poll under way to end before it is cut off
 MAX_BACKOFF_S = 5.0
 ANSWER_ATTEMPTS = 3  # tries to deliver one answer when the daemon fails transiently
@@ -108,14 +109,17 @@ class DaemonRunner(RunnerBackend):
         *,
         unreachable_s: float = UNREACHABLE_S,
         stop_grace_s: float = STOP_GRACE_S,
+        settle_wait_s: float = SETTLE_WAIT_S,
     ) -> None:
         self.settings = settings
         self.url = settings.daemon_url.rstrip("/")
         self.poll_s = settings.daemon_poll_s
         self.unreachable_s = unreachable_s
         self.stop_grace_s = stop_grace_s
+        self.settle_wait_s = settle_wait_s
         self._session: aiohttp.ClientSession | None = None
         self._handles: set[DaemonRunHandle] = set()
+        self._sweepers: set[asyncio.Task[None]] = set()
 
     # -- HTTP -------------------------------------------------------------------------------
 
@@ -184,6 +188,14 @@ class DaemonRunner(RunnerBackend):
             return ""
         return ": " + self.redact(message.strip())[:200]
 
+    async def send_cancel(self, path: str) -> int:
+        """Ask the daemon to cancel the run at ``path`` (``DELETE`` where it has no
+        ``/cancel``); its status. Raises as :meth:`request` does."""
+        status, _ = await self.request("POST", f"{path}/cancel", body={})
+        if status in (404, 405):
+            status, _ = await self.request("DELETE", path)
+        return status
+
     # -- runs -------------------------------------------------------------------------------
 
     async def start(self, request: RunRequest) -> RunHandle:
@@ -234,6 +246,11 @@ class DaemonRunner(RunnerBackend):
         handle.begin(data if isinstance(data, dict) and "state" in data else None)
         return handle
 
+    def track(self, sweeper: asyncio.Task[None]) -> None:
+        """Keep ``sweeper`` (a handle's wait for its run to end there) until it is done."""
+        self._sweepers.add(sweeper)
+        sweeper.add_done_callback(self._sweepers.discard)
+
     def forget(self, handle: DaemonRunHandle) -> None:
         self._handles.discard(handle)
 
@@ -242,6 +259,10 @@ class DaemonRunner(RunnerBackend):
         if handles:
             await asyncio.gather(*(h.stop("shutdown") for h in handles), return_exceptions=True)
             await asyncio.gather(*(h.wait() for h in handles), return_exceptions=True)
+        sweepers = list(self._sweepers)
+        for task in sweepers:  # the process is ending: nobody is left to start a next run
+            task.cancel()
+        await asyncio.gather(*sweepers, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -272,6 +293,8 @@ class DaemonRunHandle(RunHandle):
         self._result: RunResult | None = None
         self._done = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._over = False  # the daemon reported the run over (finished, or unknown to it)
+        self._sweeper: asyncio.Task[None] | None = None
 
     def begin(self, initial: dict[str, Any] | None) -> None:
         self._task = asyncio.create_task(self._main(initial), name=f"daemon-run-{self.run_id}")
@@ -323,6 +346,7 @@ class DaemonRunHandle(RunHandle):
                 self._apply(run)
                 # the reply to POST /runs may be a bare acknowledgement: only a poll ends a run
                 if run is not initial and _finished(run):
+                    self._over = True
                     return self._ended(self._from_run(run))
             if self._stop_deadline is not None and time.monotonic() >= self._stop_deadline:
                 return self._unconfirmed()
@@ -391,6 +415,7 @@ class DaemonRunHandle(RunHandle):
                         log.info("daemon run %s: the daemon at %s answers again", self.run_id, url)
                     return data, None
                 if status == 404:
+                    self._over = True
                     return None, self._failure(
                         "run_lost",
                         f"the Jazz daemon at {url} no longer knows run {self.run_id} "
@@ -710,9 +735,7 @@ class DaemonRunHandle(RunHandle):
             # bounded by the grace, not the 30 s request timeout: a Stop on a daemon that
             # hangs is answered (and the conversation freed) within it
             async with asyncio.timeout(self.runner.stop_grace_s):
-                status, _ = await self.runner.request("POST", f"{self.path}/cancel", body={})
-                if status in (404, 405):
-                    status, _ = await self.runner.request("DELETE", self.path)
+                status = await self.runner.send_cancel(self.path)
         except (*NETWORK_ERRORS, DaemonProtocolError) as exc:
             log.warning("daemon run %s: cancel not delivered (%s)", self.run_id, describe(exc))
             return
@@ -732,6 +755,57 @@ class DaemonRunHandle(RunHandle):
         if not done:  # stuck in a request to an unresponsive daemon
             self._task.cancel()
             await asyncio.wait({self._task})
+
+    async def settled(self) -> None:
+        """Once the daemon reports the run over (bounded by ``settle_wait_s``).
+
+        A run that ended here without the daemon saying so (a cancel it had not confirmed
+        within the grace, a daemon given up on) may still be working there; the engine
+        awaits this before the conversation's next run, which would otherwise run beside it.
+        """
+        await self._done.wait()
+        if self._over:
+            return
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep(), name=f"daemon-settle-{self.run_id}")
+            self.runner.track(self._sweeper)
+        await asyncio.shield(self._sweeper)
+
+    async def _sweep(self) -> None:
+        """Ask the daemon until it reports the run over, cancelling it again meanwhile."""
+        deadline = time.monotonic() + self.runner.settle_wait_s
+        delay = self.runner.poll_s
+        while not await self._gone():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.error(
+                    "daemon run %s is still active on the daemon %gs after it was ended here; "
+                    "the conversation's next run starts beside it",
+                    self.run_id,
+                    self.runner.settle_wait_s,
+                )
+                return
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, MAX_BACKOFF_S)
+        self._over = True
+        log.info("daemon run %s is over on the daemon", self.run_id)
+
+    async def _gone(self) -> bool:
+        """Whether the daemon reports the run over; cancels it (again) when it is not.
+
+        Nothing listening at the daemon's address counts as over: no daemon, no run.
+        """
+        with contextlib.suppress(*NETWORK_ERRORS, DaemonProtocolError):
+            async with asyncio.timeout(self.runner.stop_grace_s):
+                try:
+                    status, data = await self.runner.request("GET", self.path)
+                except aiohttp.ClientConnectorError:
+                    return True
+                if status == 404 or (status == 200 and isinstance(data, dict) and _finished(data)):
+                    return True
+                if status == 200:
+                    await self.runner.send_cancel(self.path)
+        return False
 
     async def wait(self) -> RunResult:
         assert self._task is not None

@@ -203,3 +203,61 @@ async def test_a_run_the_gateway_gives_up_on_is_cancelled_on_the_daemon(
     cancels = [s for s in fake.seen if s.path.endswith("/cancel") or s.method == "DELETE"]
     assert cancels, f"run left running on the daemon after {result.code}"
     assert fake.run.state == "cancelled"
+
+
+class SlowCancel(FakeDaemon):
+    """A daemon that accepts a cancel and takes its time to end the run (a tool call it
+    lets finish, a busy machine): the run stays ``running`` until the test ends it."""
+
+    def _cancel(self, request: web.Request) -> web.Response:
+        self.cancelled.set()
+        return web.json_response({"ok": True})
+
+
+async def test_the_next_run_waits_until_a_stopped_run_has_ended_on_the_daemon(
+    tmp_path: Path,
+) -> None:
+    """Stop: the daemon takes the cancel but the run is still working when the stop grace
+    is over. The person hears "stopped" and sends the next message; the engine awaits the
+    handle's ``settled()`` before that run ("nothing the run started is left"). It
+    returned at once, so the next run started beside the old one in the same
+    conversation (forking its history); it must return only once the daemon reports the
+    old run over."""
+    fake = SlowCancel()
+    async with serving(fake):
+        runner = DaemonRunner(settings(fake.url), stop_grace_s=0.3)
+        try:
+            handle = await runner.start(make_request(tmp_path))
+            await fake.wait_polls(1)
+            await asyncio.wait_for(handle.stop("stopped"), WAIT)
+            result = await asyncio.wait_for(handle.wait(), WAIT)
+            assert result.code == "interrupted" and result.stopped, result
+            assert fake.run.state == "running"  # not over on the daemon yet
+
+            settling = asyncio.ensure_future(handle.settled())
+            polled = asyncio.ensure_future(fake.wait_polls(3))  # it keeps asking the daemon
+            await asyncio.wait({settling, polled}, timeout=WAIT, return_when="FIRST_COMPLETED")
+            early = settling.done()
+            polled.cancel()
+            await asyncio.gather(polled, return_exceptions=True)
+            fake.run.finish({"ok": False, "code": "interrupted", "error": "cancelled"}, "cancelled")
+            await asyncio.wait_for(settling, WAIT)
+            assert not early, "settled() returned while the run still worked on the daemon"
+        finally:
+            await asyncio.wait_for(runner.close(), WAIT)
+
+
+async def test_a_run_of_a_daemon_that_is_gone_is_settled_at_once(tmp_path: Path) -> None:
+    """The daemon went away mid-run (nothing listens at its address): no run is left
+    working there, so the conversation's next message is not held back waiting for it."""
+    fake = FakeDaemon()
+    async with serving(fake):
+        runner = DaemonRunner(settings(fake.url), unreachable_s=0.3, stop_grace_s=0.3)
+        handle = await runner.start(make_request(tmp_path))
+        await fake.wait_polls(1)
+    try:  # the server is gone
+        result = await asyncio.wait_for(handle.wait(), WAIT)
+        assert result.code == "daemon_unreachable", result
+        await asyncio.wait_for(handle.settled(), WAIT)
+    finally:
+        await asyncio.wait_for(runner.close(), WAIT)
