@@ -622,8 +622,11 @@ class SlackSurface:
         :meth:`_matches`). None only when Slack said it is not there, and its unclear request
         can no longer be under way (else the search waits for that and is made again); a
         failed search raises :class:`DeliveryError` (the caller asks again rather than post
-        twice)."""
-        found = await self._search(team, channel, thread_ts, reply_key)
+        twice). A search Slack refuses for good (the app has no history scope) can never
+        tell: that is raised as a passing failure, and the reply is no longer held for a
+        search, so the core's last try sends it (a second copy beats no answer at all)
+        rather than the answer failing over a search it did not need."""
+        found = await self._search_once(team, channel, thread_ts, reply_key)
         until = self._in_flight_until.get(reply_key, self._started + IN_FLIGHT_GRACE_S)
         wait = until - time.monotonic()
         if found is None and wait > 0:
@@ -634,12 +637,31 @@ class SlackSurface:
                 wait,
             )
             await asyncio.sleep(wait)  # waiting out Slack's work on it, not synchronisation
-            found = await self._search(team, channel, thread_ts, reply_key)
+            found = await self._search_once(team, channel, thread_ts, reply_key)
         # found, or Slack says it is not there when it can no longer be on its way
         self._unclear.pop(reply_key, None)
         self._uploads_in_doubt.pop(reply_key, None)
         self._in_flight_until.pop(reply_key, None)
         return found
+
+    async def _search_once(
+        self, team: str, channel: str, thread_ts: str | None, reply_key: str
+    ) -> str | None:
+        """:meth:`_search`, with a refusal for good turned into "cannot tell" (passing), the
+        reply no longer held for a search (see :meth:`_lookup`)."""
+        try:
+            return await self._search(team, channel, thread_ts, reply_key)
+        except DeliveryError as exc:
+            if not exc.permanent:
+                raise
+            self._unclear.pop(reply_key, None)
+            log.warning(
+                "slack: cannot tell whether reply %s landed: Slack refuses to search the "
+                "conversation (%s); grant the app the history scopes, or it may be sent twice",
+                reply_key,
+                exc,
+            )
+            raise DeliveryError(f"cannot tell whether reply {reply_key} landed: {exc}") from exc
 
     async def _search(
         self, team: str, channel: str, thread_ts: str | None, reply_key: str
