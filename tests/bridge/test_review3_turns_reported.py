@@ -10,10 +10,14 @@ fix, not fixed here; each test is a strict xfail, and passes the day the engine 
   for that very person, who is told "the agent is still working on an earlier message".
 * ``/status`` while the conversation's message waits for a run slot (the gateway's global
   cap): "Idle: nothing is running", "Waiting: 0", as if the message was lost.
+* A message sent while the previous queued one runs is queued with no word: the "queued"
+  notice is given once per worker, not once per burst (``told`` is reset only when the
+  conversation's worker ends, not when its queue empties, as ``ConversationSlot`` says).
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,4 +136,47 @@ async def test_status_counts_the_message_waiting_for_a_run_slot(
         (status,) = [t for t in surface.texts() if "Waiting:" in t]
         assert "Idle" not in status and "Waiting: 0" not in status, (
             f"b1 waits for a run slot, and /status in its conversation said:\n{status}"
+        )
+
+
+def queued_notice_of(env: dict[str, str], message_id: int) -> bool:
+    """Whether the store holds a "queued" notice for ``message_id``."""
+    db = sqlite3.connect(Path(env["JAZZ_BRIDGE_ROOT"]) / "state" / "bridge.db")
+    try:
+        row = db.execute(
+            "SELECT 1 FROM replies WHERE dedupe_key = ?", (f"queued:{message_id}",)
+        ).fetchone()
+    finally:
+        db.close()
+    return row is not None
+
+
+@pytest.mark.xfail(strict=True, reason=f"'queued' is said once per worker: {SHARED_ENGINE}")
+async def test_a_message_queued_after_the_queue_emptied_is_told_it_waits(
+    env: dict[str, str], fake_dir: Path
+) -> None:
+    """m1 runs, m2 waits (told "queued"), m2 runs, then m3 is sent: the queue had emptied,
+    so m3 starts a new burst and is told it waits. The store's one writer takes the notice
+    (spawned as m3 is queued) before the answer to the /status sent after it: once that
+    answer is out, the notice is in the store or was never made."""
+    async with running_gateway(env, {"plain": plain_surface.SPEC}) as (app, client):
+        surface = plain_surface.INSTANCES[-1].surface
+        gw = app.engine
+        assert gw is not None
+        thread = "plain:burst"
+        await gw.submit(inbound("m1", "hold m1", thread))
+        await wait_until(lambda: len(client.starts(thread)) == 1, 20, "m1 running")
+        await gw.submit(inbound("m2", "hold m2", thread))
+        await wait_until(lambda: any("Queued" in t for t in surface.texts()), 20, "m2 queued")
+        (fake_dir / "release-m1").touch()
+        await wait_until(lambda: len(client.starts(thread)) == 2, 20, "m2 running")
+        m3 = await gw.submit(inbound("m3", "third message", thread))
+        assert m3.message_id is not None
+        await gw.submit(inbound("m4", "/status", thread))
+        await wait_until(
+            lambda: any("Waiting:" in t for t in surface.texts()), 20, "the answer to /status"
+        )
+        (fake_dir / "release-m2").touch()
+        assert queued_notice_of(env, m3.message_id), (
+            f"m3 was queued behind m2's run with no word; the thread got {surface.texts()}"
         )
