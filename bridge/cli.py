@@ -272,10 +272,43 @@ def _no_conversation(key: str) -> str:
     )
 
 
+def _unserved(settings: CoreSettings) -> bool:
+    """A root with no conversation yet: made by ``init`` or ``homes ensure`` (its ``state/``
+    is there), its database not (the gateway makes that when it first serves)."""
+    from provisioning.layout import Layout
+
+    layout = Layout(settings.root.absolute())
+    return layout.state.is_dir() and not layout.database.exists()
+
+
+def _check_platform(platform: str | None, known: set[str]) -> None:
+    if platform is not None and platform not in known:
+        raise BridgeError(
+            f"homes list --platform {platform!r}: no such platform "
+            f"(one of: {', '.join(sorted(known))})"
+        )
+
+
+def _print_listing(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    if args.json:
+        _dump(rows)
+    else:
+        _table(rows)
+
+
 def _operator_view(
     args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
 ) -> int:
     from .operators import parse_since
+
+    def unserved() -> int:  # no database to open: nothing listed, no conversation found
+        if args.homes_cmd != "list":
+            raise BridgeError(_no_conversation(args.key))
+        _check_platform(args.platform, {spec.name for spec in specs.values()})
+        if args.active_since:
+            parse_since(args.active_since)  # a bad value is named, as with conversations
+        _print_listing(args, [])
+        return 0
 
     async def go() -> int:
         async with _operators(settings) as (ops, _layout):
@@ -283,17 +316,10 @@ def _operator_view(
                 if args.platform is not None:
                     known = {spec.name for spec in specs.values()}
                     known |= {c.platform for c in await ops.store.conversations()}
-                    if args.platform not in known:
-                        raise BridgeError(
-                            f"homes list --platform {args.platform!r}: no such platform "
-                            f"(one of: {', '.join(sorted(known))})"
-                        )
+                    _check_platform(args.platform, known)
                 since = parse_since(args.active_since) if args.active_since else None
                 rows = await ops.listing(platform=args.platform, active_since=since)
-                if args.json:
-                    _dump(rows)
-                else:
-                    _table(rows)
+                _print_listing(args, rows)
                 return 0
             conv = await ops.find(args.key)
             if conv is None:
@@ -315,7 +341,7 @@ def _operator_view(
             return 0
 
     try:
-        return asyncio.run(go())
+        return unserved() if _unserved(settings) else asyncio.run(go())
     except ValueError as exc:
         raise BridgeError(str(exc)) from exc
 
@@ -383,6 +409,11 @@ def _archive_view(args: argparse.Namespace, settings: CoreSettings) -> int:
     from .operators import Operators
     from .store import ConversationRecord, SqliteStore
 
+    if _unserved(settings):  # no conversation yet: none to restore, none idle
+        if args.key is not None:
+            raise BridgeError(_no_conversation(args.key))
+        _print_archived(args, [], _sweep_days(args, settings))
+        return 0
     database = Layout(settings.root.absolute()).database
     if not database.exists():  # before provision(), which would make a whole root there
         raise BridgeError(f"no gateway state at {database}: is root {settings.root} right?")
@@ -392,10 +423,7 @@ def _archive_view(args: argparse.Namespace, settings: CoreSettings) -> int:
     async def find(ops: Operators, key: str) -> ConversationRecord:
         conv = await ops.find(key)
         if conv is None:
-            raise BridgeError(
-                f"no conversation matches {key!r} (a thread key, a home path, a Slack "
-                "permalink or a t.me link); see jazz-bridge homes list"
-            )
+            raise BridgeError(_no_conversation(key))
         return conv
 
     async def go() -> int:
@@ -424,32 +452,42 @@ def _archive_view(args: argparse.Namespace, settings: CoreSettings) -> int:
                 rows = [{"threadKey": conv.thread_key, "archived": True}]
                 rows[0].update((await ops.archive(conv, prov.root)).as_dict())
             else:
-                if idle_days is None:
-                    idle_days = settings.retention.archive_idle_days
-                if idle_days is None:
-                    raise BridgeError(
-                        "say which homes: a thread key, or --idle-days N (or set "
-                        "retention.archive_idle_days)"
-                    )
+                idle_days = _sweep_days(args, settings)
                 rows = await ops.archive_idle(prov.root, idle_days)
-            if args.json:
-                _dump(rows)
-            else:
-                for row in rows:
-                    if row["archived"]:
-                        _out(
-                            f"archived {row['threadKey']} -> {row['tarball']} "
-                            f"({row['sizeBytes']} bytes)"
-                        )
-                    else:
-                        _out(f"not archived {row['threadKey']}: {row['reason']}")
-                if not rows:
-                    _out(f"no home idle for {idle_days:g} days")
+            _print_archived(args, rows, idle_days)
             return 0 if all(r["archived"] for r in rows) else 1
         finally:
             await store.close()
 
     return asyncio.run(go())
+
+
+def _sweep_days(args: argparse.Namespace, settings: CoreSettings) -> float:
+    """``homes archive`` without a key: how idle a home must be (--idle-days, else
+    retention.archive_idle_days; one of them is needed)."""
+    idle_days: float | None = args.idle_days
+    if idle_days is None:
+        idle_days = settings.retention.archive_idle_days
+    if idle_days is None:
+        raise BridgeError(
+            "say which homes: a thread key, or --idle-days N (or set retention.archive_idle_days)"
+        )
+    return idle_days
+
+
+def _print_archived(
+    args: argparse.Namespace, rows: list[dict[str, Any]], idle_days: float | None
+) -> None:
+    if args.json:
+        _dump(rows)
+        return
+    for row in rows:
+        if row["archived"]:
+            _out(f"archived {row['threadKey']} -> {row['tarball']} ({row['sizeBytes']} bytes)")
+        else:
+            _out(f"not archived {row['threadKey']}: {row['reason']}")
+    if not rows and idle_days is not None:
+        _out(f"no home idle for {idle_days:g} days")
 
 
 def cmd_homes(
