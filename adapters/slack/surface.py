@@ -69,6 +69,11 @@ TOP_LEVEL_POSTS_KEPT = 10_000  # the newest top-level posts (a DM's) remembered 
 CHAT_UPDATE_PER_MINUTE = 50  # Slack Tier 3, per workspace: no minute holds more edits
 CHAT_UPDATE_BURST = 5  # of those, how many one workspace may make at once after a quiet spell
 CLOSE_FLUSH_S = 5.0  # held edits still being sent when the surface closes get this long
+# an edit that settles a message (a summary, an answered prompt) and failed without a
+# refusal (a 5xx, a dropped connection) is tried again this many times, the first after
+# EDIT_RETRY_S, doubling: an edit sets the same content however often it lands
+EDIT_RETRIES = 4
+EDIT_RETRY_S = 1.0
 # Slack's refusals (HTTP 200, ok: false) that may pass if tried again; every other code is
 # a refusal for good (channel_not_found, restricted_action_read_only_channel, token_expired,
 # cannot_reply_to_message, ...): retried, a reply would hold its thread's later replies for
@@ -389,6 +394,8 @@ class HeldEdit:
     message: Outgoing
     seq: int
     since: float  # when the message first had an edit held: its place in the queue
+    tries: int = 0  # passing failures of this edit so far (see EDIT_RETRIES)
+    ready_at: float = 0.0  # monotonic time before which it is not tried again
 
     @property
     def rank(self) -> tuple[bool, float]:
@@ -486,18 +493,42 @@ class SlackSurface:
             self._closed_until[(method, team)] = time.monotonic() + retry_after
             log.info("slack: %s rate limited in %s for %.1fs", method, team, retry_after)
 
-    def _hold(self, team: str, ref: str, message: Outgoing, seq: int) -> None:
-        """Keep the newest edit of ``ref`` for the workspace's flusher to send."""
+    def _hold(
+        self, team: str, ref: str, message: Outgoing, seq: int, retry: HeldEdit | None = None
+    ) -> None:
+        """Keep the newest edit of ``ref`` for the workspace's flusher to send (``retry``:
+        one that failed, with its count of tries and when it may be tried again)."""
         held = self._held_edits.get(ref)
         if held is not None and held.seq > seq:
             return  # a newer edit of this message is held already
         since = held.since if held is not None else time.monotonic()
-        self._held_edits[ref] = HeldEdit(team, message, seq, since)
+        self._held_edits[ref] = HeldEdit(
+            team,
+            message,
+            seq,
+            since,
+            tries=retry.tries if retry is not None else 0,
+            ready_at=retry.ready_at if retry is not None else 0.0,
+        )
         flusher = self._flushers.get(team)
         if flusher is None or flusher.done():
             self._flushers[team] = asyncio.create_task(
                 self._flush_edits(team), name=f"slack-edits-{team}"
             )
+
+    @staticmethod
+    def _retry_of(held: HeldEdit, exc: DeliveryError) -> HeldEdit | None:
+        """``held`` to be tried again after its passing failure ``exc``, or None: a refusal
+        for good, a progress refresh (the next one replaces it), or out of tries."""
+        if exc.permanent or exc.retry_after or not settles(held.message):
+            return None
+        if held.tries >= EDIT_RETRIES:
+            return None
+        delay = EDIT_RETRY_S * 2.0**held.tries
+        log.info("slack: edit failed (%s); trying it again in %.1fs", exc, delay)
+        held.tries += 1
+        held.ready_at = time.monotonic() + delay
+        return held
 
     def _queued_ahead(self, team: str, ref: str, message: Outgoing) -> bool:
         """Does another message of the workspace have an edit held that goes first? Held
@@ -514,6 +545,12 @@ class SlackSurface:
             queue = [(ref, held) for ref, held in self._held_edits.items() if held.team == team]
             if not queue:
                 return
+            now = time.monotonic()
+            ready = [(ref, held) for ref, held in queue if held.ready_at <= now]
+            if not ready:  # only edits waiting to be tried again after a failure
+                await asyncio.sleep(min(held.ready_at for _, held in queue) - now)
+                continue
+            queue = ready
             wait = self._wait("chat.update", team)
             if wait > 0:
                 await asyncio.sleep(wait)  # waiting out the budget or a 429, not synchronisation
@@ -524,9 +561,10 @@ class SlackSurface:
                 try:
                     await self._update(team, ref, held.message, held.seq)
                 except DeliveryError as exc:
-                    if exc.retry_after and ref not in self._held_edits:
-                        self._held_edits[ref] = held  # its place in the queue kept
-                    elif not exc.retry_after:
+                    retry = held if exc.retry_after else self._retry_of(held, exc)
+                    if retry is not None and ref not in self._held_edits:
+                        self._held_edits[ref] = retry  # its place in the queue kept
+                    elif retry is None:
                         log.info("slack: held edit dropped: %s", exc)
 
     async def close(self) -> None:
@@ -716,10 +754,16 @@ class SlackSurface:
                     raise DeliveryError("chat.update: queued behind held edits", retry_after=wait)
                 await self._update(team, ref, message, seq)
             except DeliveryError as exc:
-                if not exc.retry_after:
+                if exc.retry_after:
+                    self._hold(team, ref, message, seq)
                     raise
-                self._hold(team, ref, message, seq)
-                raise
+                retry = self._retry_of(HeldEdit(team, message, seq, time.monotonic()), exc)
+                if retry is None:
+                    raise
+                self._hold(team, ref, message, seq, retry)
+                raise DeliveryError(
+                    f"{exc}; tried again in {EDIT_RETRY_S:g}s", retry_after=EDIT_RETRY_S
+                ) from exc
 
     async def settle(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
         """Edit a message a button press found stale (its run is over), unless an edit of
