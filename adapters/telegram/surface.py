@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import datetime as dtm
 import logging
+import re
 import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -53,6 +54,7 @@ from telegram.error import (
     NetworkError,
     RetryAfter,
     TelegramError,
+    TimedOut,
 )
 from telegram.warnings import PTBDeprecationWarning
 
@@ -69,6 +71,8 @@ MAX_CALLBACK_DATA = 64  # bytes
 MAX_PARTIAL = 1000  # replies whose parts are remembered across retries
 GROUP_PACE_FACTOR = 3  # a group chat (id < 0) is paced 3x a private one: ~20 a minute
 MAX_MIGRATED = 10_000  # groups remembered as upgraded to a supergroup (old id -> new id)
+MAX_UPLOAD_MB = 50  # what a bot may send (a self-hosted Bot API server takes more)
+TOO_LARGE = "entity too large"  # HTTP 413's phrase, or Telegram's own description of it
 PHOTO_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
 
 T = TypeVar("T")
@@ -86,6 +90,29 @@ def retry_seconds(exc: RetryAfter) -> float:
 def _entity_error(exc: BadRequest) -> bool:
     text = str(exc).lower()
     return "parse entities" in text or "find end of the entity" in text or "entity" in text
+
+
+def _file_refused(exc: TelegramError) -> str | None:
+    """Why Telegram will never take this file (for a note in the chat), or None when the
+    failure is not the file's (flood control, the network, a chat that blocked the bot).
+
+    A file over the upload limit is answered with HTTP 413 (JSON, or the page of the proxy
+    in front), which PTB raises as a NetworkError, as if it would pass."""
+    if isinstance(exc, TimedOut):
+        return None
+    if isinstance(exc, NetworkError) and TOO_LARGE in str(exc).lower():
+        return f"Telegram takes files of up to {MAX_UPLOAD_MB} MB from a bot"
+    if isinstance(exc, BadRequest):
+        return f"Telegram refused it ({exc})"
+    return None
+
+
+def _code(text: str) -> str:
+    """``text`` as a Markdown code span, whatever backticks it holds."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def keyboard(choices: tuple[Choice, ...]) -> InlineKeyboardMarkup | None:
@@ -428,36 +455,46 @@ class TelegramSurface:
         *,
         reply_key: str,
     ) -> str:
+        """Send a file; one Telegram will not take is named in a note sent in its place."""
         chat, thread = self._where(target)
         chat = self.current_chat(chat)
         self._check_cooldown()
-        async with self._paced(chat):
-            self._check_cooldown()
+        try:
+            async with self._paced(chat):
+                self._check_cooldown()
+                message_id = await self._upload_file(chat, thread, name, data, media_type)
+        except TelegramError as exc:
+            why = _file_refused(exc)
+            if why is None:
+                raise self._map(exc) from exc
+            log.warning("telegram: %s (%d bytes) refused: %s; a note says so", name, len(data), exc)
+            text = f"The agent made {_code(name)} ({len(data):,} bytes); it was not sent: {why}."
+            note = Outgoing(ReplyKind.NOTICE, text)
+            return await self.send(target, note, reply_key=reply_key)
+        return f"{self.current_chat(chat)}:{message_id}"
+
+    async def _upload_file(
+        self, chat: int, thread: int | None, name: str, data: bytes, media_type: str | None
+    ) -> int:
+        """An image as a photo (a document if Telegram won't show it as one), else a document."""
+        if media_type in PHOTO_TYPES and len(data) <= MAX_PHOTO_BYTES:
             try:
-                if media_type in PHOTO_TYPES and len(data) <= MAX_PHOTO_BYTES:
-                    try:
-                        sent = await self._in_chat(
-                            chat,
-                            lambda c: self.bot.send_photo(
-                                chat_id=c,
-                                photo=InputFile(data, filename=name),
-                                message_thread_id=thread,
-                            ),
-                        )
-                        return f"{self.current_chat(chat)}:{sent.message_id}"
-                    except BadRequest as exc:  # e.g. dimensions Telegram won't show
-                        log.info("%s not accepted as a photo (%s); sending a document", name, exc)
                 sent = await self._in_chat(
                     chat,
-                    lambda c: self.bot.send_document(
-                        chat_id=c,
-                        document=InputFile(data, filename=name),
-                        message_thread_id=thread,
+                    lambda c: self.bot.send_photo(
+                        chat_id=c, photo=InputFile(data, filename=name), message_thread_id=thread
                     ),
                 )
-            except TelegramError as exc:
-                raise self._map(exc) from exc
-        return f"{self.current_chat(chat)}:{sent.message_id}"
+                return sent.message_id
+            except BadRequest as exc:  # e.g. dimensions Telegram won't show
+                log.info("%s not accepted as a photo (%s); sending a document", name, exc)
+        sent = await self._in_chat(
+            chat,
+            lambda c: self.bot.send_document(
+                chat_id=c, document=InputFile(data, filename=name), message_thread_id=thread
+            ),
+        )
+        return sent.message_id
 
     async def typing(self, target: ReplyTarget) -> None:
         if self.cooling_down() > 0:
