@@ -4,6 +4,8 @@ on stderr and in the exit code, and what is left on disk."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +70,40 @@ def test_a_missing_root_is_still_named(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert "no gateway state" in error_line(done)
     assert not (tmp_path / "root").exists()
+
+
+# -- a directory that is not a root ---------------------------------------------------------
+
+
+def test_init_does_not_take_over_a_directory_holding_other_things(tmp_path: Path) -> None:
+    """``jazz-bridge init --root /tmp`` (or a mistyped /srv, /var/lib): init made it 2751
+    and the operator group's, /tmp's sticky bit and everyone's access gone, with chats/,
+    state/... among its files; serve and homes ensure made a root there the same way."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    (shared / "someone-elses.txt").write_text("not the gateway's")
+    for command in (("init",), ("homes", "ensure", "web:x"), ("serve",)):
+        done = cli(tmp_path, *command, timeout=SERVE_TIMEOUT_S, JAZZ_BRIDGE_ROOT=str(shared))
+        assert done.returncode == 2, (command, done.stderr)
+        line = error_line(done)
+        assert str(shared) in line and "someone-elses.txt" in line, line
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o1777, command
+        assert sorted(os.listdir(shared)) == ["someone-elses.txt"], command
+
+
+def test_init_takes_an_empty_directory_a_new_volume_or_its_own_root(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    volume = tmp_path / "volume"  # a freshly made filesystem mounted for the root
+    (volume / "lost+found").mkdir(parents=True)
+    for root in (empty, volume):
+        done = cli(tmp_path, "init", "--root", str(root))
+        assert done.returncode == 0, done.stderr
+        assert (root / "state").is_dir()
+        again = cli(tmp_path, "init", "--root", str(root))  # idempotent on its own root
+        assert again.returncode == 0, again.stderr
+    # the gateway's own log file, made just before init runs
+    logged = tmp_path / "logged"
+    done = cli(tmp_path, "init", "--root", str(logged), JAZZ_BRIDGE_LOG__FILE=str(logged / "g.log"))
+    assert done.returncode == 0, done.stderr
