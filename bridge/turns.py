@@ -82,6 +82,10 @@ RUN_OVER_TOAST = "This run has already ended."
 STOP_AFTER_RESTART_TEXT = (
     "⏹️ Nothing left to stop: the run this was meant for ended when the gateway restarted."
 )
+NEW_WITH_TEXT = (
+    "🆕 Started a fresh conversation: the agent won't remember earlier messages; what you "
+    "wrote after /new is its first message. Files in this conversation's home stay."
+)
 PASSED_ON_TEXT = (
     "Your answer reached the agent just before the gateway restarted; the run it answered "
     "was cut off by the restart (see above)."
@@ -422,11 +426,16 @@ class Engine:
             return SubmitResult(SubmitStatus.REFUSED)
         home = naming.home_name(inbound.thread_key)
         command = parse_command(inbound.text)
+        starts_epoch = command is not None and command.command is Command.NEW
+        fresh_question = starts_epoch and command is not None and bool(command.argument)
+        if fresh_question:
+            # "/new what is 2+2": the fresh conversation starts with the question (kept as
+            # an ordinary message of the new epoch: queued, run, answered exactly once)
+            assert command is not None
+            inbound = dataclasses.replace(inbound, text=command.argument)
+            command = None
         record, created = await self.store.accept(
-            inbound,
-            home=home,
-            is_command=bool(command),
-            starts_epoch=command is not None and command.command is Command.NEW,
+            inbound, home=home, is_command=bool(command), starts_epoch=starts_epoch
         )
         if not created:
             self.metrics.messages.labels(inbound.platform, "duplicate").inc()
@@ -434,6 +443,10 @@ class Engine:
         self.metrics.messages.labels(inbound.platform, "accepted").inc()
         _remember(self._home_names, record.conversation_id, home)
         if self.started:
+            if fresh_question:
+                self._spawn(
+                    self._notice(record, f"new:{record.id}", NEW_WITH_TEXT), f"new-{record.id}"
+                )
             self._dispatch(record)
         return SubmitResult(SubmitStatus.ACCEPTED, record.id)
 
@@ -496,15 +509,26 @@ class Engine:
             # one notice per burst: each costs two writes, and a burst of messages needs
             # one "they will run in order", not one line each
             slot.told = True
-            text = (
-                f"🕐 Queued: the agent is still working on an earlier message; this one is "
-                f"number {slot.queue.waiting} in line, and messages sent meanwhile run in order."
-            )
+            text = self._queued_text(slot.active, msg, slot.queue.waiting)
             self._spawn(self._notice(msg, f"queued:{msg.id}", text), f"queued-{msg.id}")
         if slot.worker is None or slot.worker.done():
             slot.worker = asyncio.create_task(
                 self._work(msg.conversation_id), name=f"conversation-{msg.conversation_id}"
             )
+
+    def _queued_text(self, run: ActiveRun, msg: MessageRecord, place: int) -> str:
+        """The word to a message queued behind ``run``. When the run waits for this very
+        person to press a button (typing does not answer it), they are told so: "still
+        working" would have them wait for a run that waits for them."""
+        if run.prompts and msg.sender_id == run.message.sender_id:
+            return (
+                "👆 The agent is waiting for your answer to its request above: please use its "
+                f"buttons. This message is queued (number {place} in line) and runs after."
+            )
+        return (
+            f"🕐 Queued: the agent is still working on an earlier message; this one is "
+            f"number {place} in line, and messages sent meanwhile run in order."
+        )
 
     async def _work(self, conversation_id: int) -> None:
         slot = self._slot(conversation_id)
@@ -518,6 +542,8 @@ class Engine:
                 continue
             msg = slot.queue.popleft()
             self.metrics.queue_depth.dec()
+            if not slot.queue:  # the burst is over: the next message queued is told again
+                slot.told = False
             slot.next, slot.stop_next = msg, None  # a /stop from here on stops its run
             if msg.part_of is not None:
                 msg = slot.next = await self._join_parts(slot, msg)
@@ -732,9 +758,15 @@ class Engine:
         if slot.active is not None:
             who = slot.active.message.sender_name or slot.active.message.sender_id
             lines.append(f"**Running** (for {who}): {slot.active.progress.line()}")
+        elif slot.next is not None:  # off the queue, its run not started yet
+            lines.append(
+                "**Starting**: the next message waits for a run slot (the gateway runs at "
+                f"most {self.settings.limits.max_concurrent_runs} at once) or for its parts."
+            )
         else:
             lines.append("**Idle**: nothing is running in this conversation.")
-        lines.append(f"Waiting: {slot.queue.waiting} message(s).")
+        starting = 1 if slot.active is None and slot.next is not None else 0
+        lines.append(f"Waiting: {slot.queue.waiting + starting} message(s).")
         conv = await self.store.conversation(msg.conversation_id)
         if conv is not None:
             lines.append(f"Conversation #{conv.epoch}.")

@@ -1,18 +1,16 @@
-"""Review: what people hit around commands and queueing whose fix belongs in the turn engine.
+"""Review: what people hit around commands and queueing, mended in the turn engine.
 
-``bridge/turns.py`` is shared with other reviewers, so these are reported with the suggested
-fix, not fixed here; each test is a strict xfail, and passes the day the engine is mended
-(then drop its marker).
+Before the fix:
 
-* ``/new what is 2+2``: the fresh conversation starts, and the question is dropped without
-  a word (the command's argument is parsed, and never used).
-* ``yes`` typed to an approval shown with buttons: it is queued behind the run that waits
-  for that very person, who is told "the agent is still working on an earlier message".
+* ``/new what is 2+2``: the fresh conversation started, and the question was dropped
+  without a word (the command's argument was parsed, and never used).
+* ``yes`` typed to an approval shown with buttons: it was queued behind the run that waits
+  for that very person, who was told "the agent is still working on an earlier message".
 * ``/status`` while the conversation's message waits for a run slot (the gateway's global
   cap): "Idle: nothing is running", "Waiting: 0", as if the message was lost.
-* A message sent while the previous queued one runs is queued with no word: the "queued"
-  notice is given once per worker, not once per burst (``told`` is reset only when the
-  conversation's worker ends, not when its queue empties, as ``ConversationSlot`` says).
+* A message sent while the previous queued one runs was queued with no word: the "queued"
+  notice was given once per worker, not once per burst (``told`` was reset only when the
+  conversation's worker ended, not when its queue emptied, as ``ConversationSlot`` says).
 """
 
 from __future__ import annotations
@@ -28,8 +26,6 @@ from accounts_support import remove_accounts
 from gateway_harness import Client, gateway_env, running_gateway, wait_until
 
 from bridge.model import Inbound
-
-SHARED_ENGINE = "bridge/turns.py (shared; reported with its fix, not changed here)"
 
 
 @pytest.fixture
@@ -50,7 +46,6 @@ def texts(messages: list[dict[str, Any]]) -> list[str]:
     return [str(m.get("text") or "") for m in messages]
 
 
-@pytest.mark.xfail(strict=True, reason=f"/new drops the text after it: {SHARED_ENGINE}")
 async def test_the_text_after_new_runs_in_the_fresh_conversation(env: dict[str, str]) -> None:
     """The next message is the fence: one conversation runs its messages in order, so once
     it is answered the question sent with ``/new`` has run, or never will."""
@@ -95,7 +90,6 @@ async def _first_notice(client: Client, thread: str) -> str:
     return found[0]
 
 
-@pytest.mark.xfail(strict=True, reason=f"a typed reply to buttons is 'queued': {SHARED_ENGINE}")
 async def test_a_reply_typed_to_an_approval_with_buttons_is_told_to_use_them(
     env: dict[str, str],
 ) -> None:
@@ -113,7 +107,6 @@ async def test_a_reply_typed_to_an_approval_with_buttons_is_told_to_use_them(
             await client.press("ask", prompt["choices"][0]["token"], "ada")
 
 
-@pytest.mark.xfail(strict=True, reason=f"/status reads 'Idle' for a waiting run: {SHARED_ENGINE}")
 async def test_status_counts_the_message_waiting_for_a_run_slot(
     env: dict[str, str], fake_dir: Path
 ) -> None:
@@ -151,7 +144,6 @@ def queued_notice_of(env: dict[str, str], message_id: int) -> bool:
     return row is not None
 
 
-@pytest.mark.xfail(strict=True, reason=f"'queued' is said once per worker: {SHARED_ENGINE}")
 async def test_a_message_queued_after_the_queue_emptied_is_told_it_waits(
     env: dict[str, str], fake_dir: Path
 ) -> None:
