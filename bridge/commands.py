@@ -48,7 +48,8 @@ HELP_TEXT = """\
 
 Write a message and the agent answers here. Commands (in a Slack thread, where Slack \
 keeps `/` for its own, start them with `!` instead: `!new`, `!status`, `!stop`, `!help`):
-- `/new`: start a fresh conversation (the agent forgets earlier messages; files stay)
+- `/new`: start a fresh conversation (the agent forgets earlier messages; files stay); \
+`/new <message>` starts it with that message
 - `/status`: what is running, how many messages wait, the last run's cost
 - `/stop`: stop the current run (the person who started it, or an operator)
 - `/help`: this text"""
