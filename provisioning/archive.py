@@ -8,11 +8,11 @@ account and its uid map entry stay, so a restore gives the files back to the sam
 Both directions treat the home as hostile ground: the walk that packs it works on
 directory descriptors opened with ``O_NOFOLLOW`` and never follows a link (a link is
 stored as a link); unpacking refuses members that would land outside the home (absolute
-names, ``..``, links pointing out, devices, FIFOs, hard links) and extracts into a private
-staging directory that is renamed into place only when complete and flushed (files and
-directories), and only then is the tarball deleted; an archive that is cut short, garbled
-or fails gzip's CRC is refused whole and kept (the tarball is the home's only copy). The
-tarball is written to a temp file, flushed and renamed, and the packed home leaves
+names, ``..``, links pointing out, devices, FIFOs, hard links; files lose set-id bits) and
+extracts into a private staging directory that is renamed into place only when complete and
+flushed (files and directories), and only then is the tarball deleted; an archive that is
+cut short, garbled or fails gzip's CRC is refused whole and kept (the tarball is the home's
+only copy). The tarball is written to a temp file, flushed and renamed, and the packed home leaves
 ``chats/`` in one rename before it is deleted, so a crash (or a delete that fails half-way)
 leaves the home or a whole archive.
 
@@ -78,6 +78,12 @@ MAX_FILLED_ZEROS = 1 << 30
 SPARSE_DIR = "GNUSparseFile.0"  # GNU tar's header name for a sparse member (the real one in PAX)
 MAX_PACK_DEPTH = 512  # directory levels below the home; a deeper home is not archived
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# a restored file's mode: never setuid or setgid. Root restores with each member's owner, so
+# an archive from elsewhere could put a root-owned setuid file, or a setgid one of the
+# operators' group, where the conversation runs programs; it cannot make either itself
+# (the kernel drops set-id bits a plain account sets for another's group). Directories keep
+# theirs: a home's setgid is how its files land in the operators' group.
+FILE_MODE_BITS = 0o1777
 
 
 class ArchiveError(ProvisioningError):
@@ -615,8 +621,8 @@ def _extract(tar: tarfile.TarFile, staging_fd: int, name: str, layout: Layout) -
             with os.fdopen(fd, "wb") as out:
                 _write_with_holes(src, out, member)
                 out.flush()
-                _owner(fd, member.uid, member.gid)  # before the mode: chown clears setgid
-                os.fchmod(fd, member.mode & 0o7777)
+                _owner(fd, member.uid, member.gid)
+                os.fchmod(fd, member.mode & FILE_MODE_BITS)
                 os.utime(fd, (member.mtime, member.mtime))
                 os.fsync(fd)  # on disk before the tarball is deleted
         elif (

@@ -15,11 +15,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from accounts_support import needs_root
 
 from provisioning import naming
 from provisioning.archive import ArchiveError, archive_home, restore_home, tarball_path
 from provisioning.layout import RootInfo, init_root
 
+SET_ID_BITS = 0o6000
+CONV_UID = 71234  # a conversation account's uid as an archive records it (numeric only)
 FILES = 5
 FILE_BYTES = 50_000  # random: deflate stores it as is, so a flipped byte still inflates
 
@@ -74,3 +77,39 @@ def test_a_whole_archive_still_comes_back(tmp_path: Path) -> None:
     home = info.layout.home(name)
     assert {f: (home / f).read_bytes() for f in sorted(os.listdir(home))} == files
     assert not tarball_path(info.layout, name).exists()
+
+
+@needs_root
+def test_a_restored_file_never_runs_as_someone_else(tmp_path: Path) -> None:
+    """An archive from elsewhere (a backup, another host) is restored by root, which keeps
+    every member's owner and mode: a root-owned setuid file, or a setgid one of the
+    operators' group, in a home the conversation runs programs from would give it root, or
+    every other conversation's files. A conversation can make neither itself (the kernel
+    drops the set-id bits a plain account sets for another's group), so a restore drops
+    them from files; a directory's setgid (homes are 2750) stays."""
+    info = init_root(tmp_path / "r")
+    name = naming.home_name("web:setid")
+    operators = info.operator_gid
+    members = [
+        (name, tarfile.DIRTYPE, 0o2750, CONV_UID, operators, b""),
+        (f"{name}/rootshell", tarfile.REGTYPE, 0o4755, 0, 0, b"#!/bin/sh\n"),
+        (f"{name}/opsshell", tarfile.REGTYPE, 0o2755, CONV_UID, operators, b"#!/bin/sh\n"),
+        (f"{name}/notes.md", tarfile.REGTYPE, 0o640, CONV_UID, operators, b"notes\n"),
+        (f"{name}/workspace", tarfile.DIRTYPE, 0o2750, CONV_UID, operators, b""),
+    ]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path, kind, mode, uid, gid, data in members:
+            member = tarfile.TarInfo(path)
+            member.type, member.mode, member.uid, member.gid = kind, mode, uid, gid
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+    tarball_path(info.layout, name).write_bytes(buf.getvalue())
+    restore_home(info, name)
+    home = info.layout.home(name)
+    modes = {p: os.lstat(home / p).st_mode & 0o7777 for p in ("rootshell", "opsshell")}
+    assert modes == {"rootshell": 0o755, "opsshell": 0o755}, {k: oct(v) for k, v in modes.items()}
+    assert os.lstat(home / "notes.md").st_mode & 0o7777 == 0o640
+    assert os.lstat(home / "rootshell").st_uid == 0  # the owner is kept; only its power goes
+    for directory in (home, home / "workspace"):
+        assert os.lstat(directory).st_mode & 0o7777 == 0o2750
