@@ -88,8 +88,9 @@ def retry_seconds(exc: RetryAfter) -> float:
 
 
 def _entity_error(exc: BadRequest) -> bool:
-    text = str(exc).lower()
-    return "parse entities" in text or "find end of the entity" in text or "entity" in text
+    """Telegram refused the formatting, not the message: "can't parse entities", "entities
+    too long" (their total size is capped: a link-heavy message), ENTITY_BOUNDS_INVALID..."""
+    return "entit" in str(exc).lower()
 
 
 def _file_refused(exc: TelegramError) -> str | None:
