@@ -635,8 +635,11 @@ class SlackSurface:
         return f"{channel}:{ts}" in self._top_level
 
     async def find_sent(self, target: ReplyTarget, reply_key: str) -> str | None:
-        """The core's question before a resend: did the message with ``reply_key`` land?"""
+        """The core's question before a resend: did the message with ``reply_key`` land?
+        Whoever asks decides what to do when it cannot be told (the core's last try sends
+        anyway), so :meth:`send` does not search again by itself and refuse to post."""
         channel, thread_ts = self._where(target)
+        self._unclear.pop(reply_key, None)
         return await self._lookup(team_of(target), channel, thread_ts, reply_key)
 
     def _matches(self, msg: dict[str, Any], channel: str, reply_key: str) -> str | None:
