@@ -77,6 +77,7 @@ MAX_SCANNED_EXTENTS = 1 << 20
 MAX_FILLED_ZEROS = 1 << 30
 SPARSE_DIR = "GNUSparseFile.0"  # GNU tar's header name for a sparse member (the real one in PAX)
 MAX_PACK_DEPTH = 512  # directory levels below the home; a deeper home is not archived
+STAGING_SUFFIX_CHARS = 8  # what tempfile.mkdtemp puts after a restore's staging prefix
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # a restored file's mode: never setuid or setgid. Root restores with each member's owner, so
 # an archive from elsewhere could put a root-owned setuid file, or a setgid one of the
@@ -700,7 +701,8 @@ def restore_home(root: RootInfo, name: str) -> ArchiveResult:
             raise ArchiveError(f"{home} exists; move it away before restoring {source}")
         if not source.is_file():
             raise ArchiveError(f"no archive of {name} at {source}")
-        staging = Path(tempfile.mkdtemp(prefix=f".restore-{name}.", dir=layout.chats))
+        _remove_crashed_restores(layout, name)
+        staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(name), dir=layout.chats))
         try:
             with pinned.opened_dir(staging) as staging_fd:
                 try:
@@ -722,6 +724,24 @@ def restore_home(root: RootInfo, name: str) -> ArchiveResult:
         log.warning("restoring %s: refused member %r (it would leave the home)", name, member)
     log.info("restored home %s from %s", home, source)
     return ArchiveResult(name, source, size, 0, tuple(refused))
+
+
+def _staging_prefix(name: str) -> str:
+    return f".restore-{name}."
+
+
+def _remove_crashed_restores(layout: Layout, name: str) -> None:
+    """Delete what restores of ``name`` cut off by a crash left: their staging directories,
+    partial copies of the home nothing else would ever remove. The caller holds the home's
+    lock, so none of them is in use; another home's (whose name may start with this one's)
+    has a longer name than :data:`STAGING_SUFFIX_CHARS` after the prefix."""
+    prefix = _staging_prefix(name)
+    for entry in os.listdir(layout.chats):
+        rest = entry[len(prefix) :]
+        if not entry.startswith(prefix) or len(rest) != STAGING_SUFFIX_CHARS:
+            continue
+        log.warning("restoring %s: removing %s, left by a restore cut off", name, entry)
+        shutil.rmtree(layout.chats / entry, ignore_errors=True)  # fd-based: follows no link
 
 
 def _read_to_the_end(tar: tarfile.TarFile) -> None:

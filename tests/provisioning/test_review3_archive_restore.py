@@ -12,6 +12,7 @@ import io
 import os
 import random
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,19 @@ def test_a_restored_file_never_runs_as_someone_else(tmp_path: Path) -> None:
     assert os.lstat(home / "rootshell").st_uid == 0  # the owner is kept; only its power goes
     for directory in (home, home / "workspace"):
         assert os.lstat(directory).st_mode & 0o7777 == 0o2750
+
+
+def test_a_restore_cut_off_by_a_crash_leaves_no_copy_behind_for_ever(tmp_path: Path) -> None:
+    """The gateway restores a home when its conversation writes again; stopped meanwhile
+    (a restart during a deploy), the restore's staging directory, a partial copy of the
+    home, stayed hidden in chats/ for ever. The next restore of that home clears it (the
+    home's lock is held: no restore of it runs elsewhere), and no other home's."""
+    info, name, files = _archived_home(tmp_path)
+    chats = info.layout.chats
+    crashed = Path(tempfile.mkdtemp(prefix=f".restore-{name}.", dir=chats))
+    (crashed / name).mkdir()
+    (crashed / name / "f0.bin").write_bytes(files["f0.bin"][:1000])
+    other = naming.home_name("web:other")
+    others = Path(tempfile.mkdtemp(prefix=f".restore-{other}.", dir=chats))  # its own lock
+    restore_home(info, name)
+    assert sorted(os.listdir(chats)) == sorted([name, others.name])
