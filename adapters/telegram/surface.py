@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dtm
 import logging
 import re
@@ -114,6 +115,29 @@ def _code(text: str) -> str:
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def whole(message: Outgoing) -> Outgoing:
+    """``message`` with any half of a surrogate pair as U+FFFD: a runner's JSON may carry one
+    (an answer cut between the halves of an emoji), and no part of the Bot API's path can
+    encode it (it raised out of the delivery, and the answer was never sent)."""
+    if _encodes(message.text) and all(_encodes(c.label) for c in message.choices):
+        return message
+    choices = tuple(dataclasses.replace(c, label=_mended(c.label)) for c in message.choices)
+    return dataclasses.replace(message, text=_mended(message.text), choices=choices)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _mended(text: str) -> str:
+    """Pairs of halves joined, a lone half replaced by U+FFFD."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def keyboard(choices: tuple[Choice, ...]) -> InlineKeyboardMarkup | None:
@@ -287,6 +311,7 @@ class TelegramSurface:
     # -- the surface ---------------------------------------------------------------------------
 
     async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
+        message = whole(message)
         chat, thread = self._where(target)
         chat = self.current_chat(chat)
         self._check_cooldown()
@@ -370,6 +395,7 @@ class TelegramSurface:
     async def edit_message(self, chat: int, message_id: int, message: Outgoing) -> None:
         """Edit now, or during the bot-wide cooldown keep it as that message's newest edit
         (sent once the cooldown is over). A 429 on the edit itself holds it too, and raises."""
+        message = whole(message)
         chat = self.current_chat(chat)
         if self.cooling_down() > 0:
             self._hold((chat, message_id), message)
