@@ -434,6 +434,9 @@ class SlackSurface:
         # reply key -> monotonic time until which Slack may still carry out its unclear
         # request (post or upload): "not there" is not believed before then
         self._in_flight_until: dict[str, float] = {}
+        # reply key -> wall-clock time of its unclear request: the search for it starts
+        # there (``oldest``), or a thread longer than LOOKUP_PAGES pages is never reached
+        self._unclear_since: dict[str, float] = {}
         # a reply found in doubt at start may be one the previous process was posting when
         # it died: Slack may still be carrying that out, so "not there" is believed only
         # IN_FLIGHT_GRACE_S after this surface was made
@@ -612,6 +615,7 @@ class SlackSurface:
             kwargs["markdown_text"] = _markdown(message.text or " ")
         team = team_of(target)
         self._gate("chat.postMessage", team)
+        sent_at = time.time()
         try:
             response = await self.client.chat_postMessage(**kwargs)
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -619,9 +623,11 @@ class SlackSurface:
             if _unclear(exc):
                 self._unclear[reply_key] = (channel, thread_ts)
                 self._in_flight_until[reply_key] = time.monotonic() + IN_FLIGHT_GRACE_S
+                self._unclear_since.setdefault(reply_key, sent_at)
             raise slack_error(exc, "chat.postMessage") from exc
         self._unclear.pop(reply_key, None)
         self._in_flight_until.pop(reply_key, None)
+        self._unclear_since.pop(reply_key, None)
         ref = f"{channel}:{response['ts']}"
         if not thread_ts:
             self._top_level[ref] = None
@@ -683,6 +689,7 @@ class SlackSurface:
         self._unclear.pop(reply_key, None)
         self._uploads_in_doubt.pop(reply_key, None)
         self._in_flight_until.pop(reply_key, None)
+        self._unclear_since.pop(reply_key, None)
         return found
 
     async def _search_once(
@@ -712,6 +719,10 @@ class SlackSurface:
         search failed or could not reach far enough back."""
         method = "conversations.replies" if thread_ts else "conversations.history"
         cursor: str | None = None
+        since = self._unclear_since.get(reply_key)
+        # only what was posted since the unclear request (a clock apart): a reply made
+        # after a crash has no such time, and is looked for among all of them
+        oldest = f"{since - CLOCK_SKEW_S:.6f}" if since is not None else None
         for _page in range(LOOKUP_PAGES):
             self._gate(method, team)
             try:
@@ -722,10 +733,15 @@ class SlackSurface:
                         include_all_metadata=True,
                         limit=200,
                         cursor=cursor,
+                        oldest=oldest,
                     )
                 else:  # newest first: a reply in doubt is among the latest
                     response = await self.client.conversations_history(
-                        channel=channel, include_all_metadata=True, limit=200, cursor=cursor
+                        channel=channel,
+                        include_all_metadata=True,
+                        limit=200,
+                        cursor=cursor,
+                        oldest=oldest,
                     )
             except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
                 self._note(method, team, exc)
@@ -858,6 +874,7 @@ class SlackSurface:
             if _unclear(exc):  # it may be in the thread: find_sent looks before a resend
                 self._uploads_in_doubt[reply_key] = (name, len(data), sent_at)
                 self._in_flight_until[reply_key] = time.monotonic() + IN_FLIGHT_GRACE_S
+                self._unclear_since.setdefault(reply_key, sent_at)
             error = slack_error(exc, "files_upload_v2")
             if not error.permanent:
                 raise error from exc
@@ -866,6 +883,7 @@ class SlackSurface:
             return await self.send(target, note, reply_key=reply_key)
         self._uploads_in_doubt.pop(reply_key, None)
         self._in_flight_until.pop(reply_key, None)
+        self._unclear_since.pop(reply_key, None)
         files = response.get("files") or [{}]
         return f"{channel}:{files[0].get('id') or reply_key}"
 
