@@ -16,7 +16,7 @@ import os
 import re
 import tomllib
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -299,10 +299,42 @@ def find_config_file(explicit: Path | None, environ: Mapping[str, str]) -> Path 
 SECRET_HINTS = ("token", "secret", "password", "key")
 
 
-def _describe(errors: Iterable[Any], origin: str) -> str:
+def _env_source(loc: Sequence[Any], env_names: set[str]) -> str | None:
+    """The ``JAZZ_BRIDGE_*`` variable that set the value at ``loc``, if one did (it wins
+    over the file, so a bad value there is the variable's, not the file's)."""
+    parts = [str(p) for p in loc]
+    for end in range(len(parts), 0, -1):
+        name = ENV_PREFIX + "__".join(parts[:end]).upper()
+        if name in env_names:
+            return name
+    return None
+
+
+def _in_file(loc: Sequence[Any], data: Mapping[str, Any]) -> bool:
+    """Whether the TOML ``data`` sets the value at ``loc`` (or a table holding it)."""
+    node: Any = data
+    for part in loc:
+        if not isinstance(node, Mapping) or str(part) not in node:
+            return False
+        node = node[str(part)]
+        if not isinstance(node, Mapping):
+            return True
+    return True
+
+
+def _describe(
+    errors: Iterable[Any],
+    origin: str,
+    env: Mapping[str, str] | None = None,
+    file: tuple[Path, Mapping[str, Any]] | None = None,
+) -> str:
+    """Every bad key on a line, its value unless it may be a secret, and where it was set:
+    the ``JAZZ_BRIDGE_*`` variable (which wins over the file) or the file."""
+    env_names = {name.upper() for name in env or {}}
     lines = []
     for err in errors:
-        key = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+        loc = err.get("loc", ())
+        key = ".".join(str(p) for p in loc) or "(top level)"
         message = err.get("msg", "invalid")
         unknown = err.get("type") == "extra_forbidden"
         if unknown:
@@ -314,6 +346,11 @@ def _describe(errors: Iterable[Any], origin: str) -> str:
             value = err["input"]
             if isinstance(value, str | int | float | bool) and len(repr(value)) < 80:
                 shown = f" (got {mask_url_credentials(repr(value))})"
+        source = _env_source(loc, env_names) if loc else None
+        if source is not None:
+            shown += f" [from {source}]"
+        elif file is not None and loc and _in_file(loc, file[1]):
+            shown += f" [from {file[0]}]"
         lines.append(f"  {key}: {message}{shown}")
     return f"invalid configuration ({origin}):\n" + "\n".join(lines)
 
@@ -420,9 +457,10 @@ def load_settings(
     env = os.environ if environ is None else environ
     path = find_config_file(config_file, env)
     cls = settings_class(adapter_sections or {})
+    file: tuple[Path, dict[str, Any]] | None = None
     if path is not None:
         try:
-            tomllib.loads(path.read_text(encoding="utf-8"))
+            file = (path, tomllib.loads(path.read_text(encoding="utf-8")))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
         except (OSError, UnicodeDecodeError) as exc:
@@ -434,7 +472,7 @@ def load_settings(
     try:
         settings = cls()
     except ValidationError as exc:
-        raise ConfigError(_describe(exc.errors(), origin)) from None
+        raise ConfigError(_describe(exc.errors(), origin, env, file)) from None
     except SettingsError as exc:  # a list or table given as plain text in the environment
         raise ConfigError(_not_json(exc, env, cls)) from None
     if settings.accounts.uid_min > settings.accounts.uid_max:
