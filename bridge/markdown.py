@@ -95,6 +95,8 @@ class _Block:
     source: str
     kind: str = "text"  # fence, container, table, code or text
     info: str = ""
+    code: str = ""  # a fence's code as CommonMark reads it (its indentation taken off)
+    markup: str = ""  # a fence's opening run of backticks or tildes
     fences: tuple[_Fence, ...] = ()  # code blocks nested inside it
     items: tuple[_Item, ...] = ()  # list items nested inside it
 
@@ -132,7 +134,7 @@ def _blocks(text: str) -> list[_Block]:
                 blocks.append(_Block(gap))
         source = "\n".join(lines[start:end])
         if tok.type == "fence":
-            blocks.append(_Block(source, "fence", tok.info))
+            blocks.append(_Block(source, "fence", tok.info, tok.content, tok.markup))
         elif tok.type in _CONTAINERS:
             fences = tuple(
                 _Fence(a - start, b - start, f.markup, f.info)
@@ -546,17 +548,32 @@ def _split_container(block: _Block, limit: int) -> list[str]:
     return parts
 
 
-def _split_fence(source: str, info: str, limit: int) -> list[str]:
-    lines = source.split("\n")
-    opener = lines[0]
-    fence = opener.strip()[: len(opener.strip()) - len(opener.strip().lstrip("`~"))] or "```"
-    body = lines[1:-1] if len(lines) > 1 and lines[-1].strip().startswith(fence[:3]) else lines[1:]
+def _reopen_markup(markup: str, code: list[str]) -> str:
+    """The fence to write a top-level code block with, on parts of its own: its own, made
+    longer than any run of its character that starts a line of ``code`` (taken out of an
+    indented fence, a line that was code could otherwise read as the closing fence)."""
+    mark = markup[:1] or "`"
+    runs = (len(line) - len(line.lstrip(mark)) for line in (c.lstrip(" ") for c in code))
+    return mark * max(len(markup), 3, max(runs, default=0) + 1)
+
+
+def _split_fence(code: str, markup: str, info: str, limit: int) -> list[str]:
+    """A top-level code block cut between its lines, each part closed and reopened.
+
+    ``code`` is what CommonMark reads in the block (its lines with the opener's indentation
+    taken off, no closing line), not the source lines: an indented fence's code would move
+    right in every part, and the last line of a block never closed (an answer cut off) that
+    looked like a fence would be taken for its closing line and lost."""
+    lines = code.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    fence = _reopen_markup(markup, lines)
     head, tail = f"{fence}{info}", fence
     room = max(limit - len(head) - len(tail) - 2, 16)
     parts: list[str] = []
     chunk: list[str] = []
     size = 0
-    for line in body:
+    for line in lines:
         pieces = [line[i : i + room] for i in range(0, len(line), room)] or [""]
         for piece in pieces:
             if chunk and size + len(piece) + 1 > room:
@@ -584,7 +601,7 @@ def split_markdown(text: str, limit: int) -> list[str]:
         if len(source) <= limit:
             pieces = [source]
         elif block.kind == "fence":
-            pieces = _split_fence(source, block.info, limit)
+            pieces = _split_fence(block.code, block.markup, block.info, limit)
         elif block.kind == "container":
             pieces = _split_container(block, limit)
         elif block.kind == "table":
