@@ -23,6 +23,11 @@ HTML tags (a cut inside one shows its markers as text on both sides), and never 
 that would start a list, heading or quote at the top of the next part; a hard cut is left
 for a span longer than a whole message.
 
+Each part is rendered on its own, so a reference link (``[the docs][1]``, with
+``[1]: https://...`` at the end, as models write citations) would work only in the part
+holding its definition: top-level definitions are taken out and each part gets back the ones
+its links use, with room kept for them.
+
 :func:`code_span` and :func:`fence_for` wrap text the gateway shows verbatim (a tool's name,
 a preview of what a tool will do) so that its own backticks cannot close the wrapper.
 """
@@ -34,8 +39,10 @@ import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import normalizeReference
 from markdown_it.token import Token
 
 log = logging.getLogger(__name__)
@@ -52,6 +59,10 @@ _BLOCK_START = re.compile(
     r"|-+[ \t]*$|<|\|)"
 )
 _MIN_ROOM = 16  # the least room a line of a list or quote is cut to (before its prefixes)
+# what may be a link's label: a bracketed run without unescaped brackets
+_LABEL = re.compile(r"\[((?:[^\[\]\\]|\\.){1,999})\]")
+_MIN_PART = 64  # the least limit a part is cut to
+DEFINITIONS_SHARE = 4  # link definitions repeated on each part take at most 1/4 of it
 _TAG = re.compile(r"<[A-Za-z/!?][^<>]{0,2000}>")
 _BACKTICKS = re.compile(r"`+")
 
@@ -585,12 +596,82 @@ def _split_fence(code: str, markup: str, info: str, limit: int) -> list[str]:
     return parts
 
 
+# -- link reference definitions ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Definition:
+    """A top-level link reference definition (``[label]: url "title"``), as written."""
+
+    key: str  # its label as CommonMark matches it
+    source: str
+
+
+def _definitions(text: str) -> tuple[str, list[_Definition]]:
+    """``text`` with its top-level link reference definitions blanked out, and those
+    definitions. A part is rendered on its own, so a reference link (``[docs][1]``) works
+    only in the part that holds its definition: each part gets the ones it uses back (see
+    :func:`_with_definitions`). One inside a list or quote stays where it is."""
+    if "]:" not in text:  # no definition (the parse below takes as long as the split)
+        return text, []
+    env: dict[str, Any] = {}
+    tokens = _md.parse(text, env)
+    references = env.get("references") or {}
+    if not references:
+        return text, []
+    blocks = sorted(t.map for t in tokens if t.level == 0 and t.map is not None)
+    starts = [b[0] for b in blocks]
+    lines = text.split("\n")
+    found: list[_Definition] = []
+    for key, ref in references.items():
+        where = ref.get("map")
+        if not where:
+            continue
+        start, end = where
+        k = bisect.bisect_right(starts, start) - 1
+        if k >= 0 and blocks[k][0] <= start < blocks[k][1]:
+            continue  # inside a list or quote
+        found.append(_Definition(key, "\n".join(lines[start:end])))
+        lines[start:end] = [""] * (end - start)  # blank lines: nothing around them changes
+    return "\n".join(lines).strip("\n"), found
+
+
+def _with_definitions(part: str, definitions: list[_Definition]) -> str:
+    """``part`` followed by the definitions its brackets may use (one too many is harmless:
+    a definition shows nothing), unless the part would take them in (an unclosed code
+    block at its end)."""
+    labels = {normalizeReference(m.group(1)) for m in _LABEL.finditer(part)}
+    used = [d.source for d in definitions if d.key in labels]
+    if not used:
+        return part
+    notes = "\n".join(used)
+    whole = f"{part}\n\n{notes}"
+    first = part.count("\n") + 2  # the line the definitions start on
+    if any(t.map is not None and t.map[1] > first for t in _md.parse(whole)):
+        return part
+    return whole
+
+
 def split_markdown(text: str, limit: int) -> list[str]:
-    """Parts of at most ``limit`` characters, cut between blocks, code blocks kept whole."""
-    if limit < 64:
-        raise ValueError("limit must be at least 64 characters")
+    """Parts of at most ``limit`` characters, cut between blocks, code blocks kept whole;
+    each with the link reference definitions its links use."""
+    if limit < _MIN_PART:
+        raise ValueError(f"limit must be at least {_MIN_PART} characters")
     # one kind of line break: markdown-it also breaks lines at a lone "\r", str.split won't
     text = text.replace("\r\n", "\n").replace("\r", "\n").strip("\n")
+    if len(text) <= limit:
+        return [text] if text else []
+    rest, definitions = _definitions(text)
+    room = limit - sum(len(d.source) + 1 for d in definitions) - 1  # "\n\n" and the lines
+    if not definitions or room < max(_MIN_PART, limit - limit // DEFINITIONS_SHARE):
+        # more definitions than a part can carry (or none): left where they were
+        if definitions:
+            log.debug("%d link definitions left in place: too long to repeat", len(definitions))
+        return _split(text, limit)
+    return [_with_definitions(part, definitions) for part in _split(rest, room)]
+
+
+def _split(text: str, limit: int) -> list[str]:
     if len(text) <= limit:
         return [text] if text else []
     parts: list[str] = []
