@@ -77,7 +77,8 @@ MAX_SCANNED_EXTENTS = 1 << 20
 MAX_FILLED_ZEROS = 1 << 30
 SPARSE_DIR = "GNUSparseFile.0"  # GNU tar's header name for a sparse member (the real one in PAX)
 MAX_PACK_DEPTH = 512  # directory levels below the home; a deeper home is not archived
-STAGING_SUFFIX_CHARS = 8  # what tempfile.mkdtemp puts after a restore's staging prefix
+STAGING_SUFFIX_CHARS = 8  # what tempfile.mkdtemp/mkstemp put after a staging prefix
+TMP_SUFFIX = ".tmp"  # a tarball being written (archive/.<name>.XXXXXXXX.tmp)
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # a restored file's mode: never setuid or setgid. Root restores with each member's owner, so
 # an archive from elsewhere could put a root-owned setuid file, or a setgid one of the
@@ -474,7 +475,8 @@ def archive_home(
         skipped: list[str] = []
         dir_fd = _archive_dir(root)
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=layout.archive)
+            _remove_crashed_archives(layout, name)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=TMP_SUFFIX, dir=layout.archive)
             try:
                 os.fchown(fd, -1, root.operator_gid)
                 os.fchmod(fd, STATE_FILE_MODE)
@@ -724,6 +726,22 @@ def restore_home(root: RootInfo, name: str) -> ArchiveResult:
         log.warning("restoring %s: refused member %r (it would leave the home)", name, member)
     log.info("restored home %s from %s", home, source)
     return ArchiveResult(name, source, size, 0, tuple(refused))
+
+
+def _remove_crashed_archives(layout: Layout, name: str) -> None:
+    """Delete the half-written tarballs of ``name`` that archivings cut off by a crash left
+    in ``archive/`` (as big as the home, never used). The caller holds the home's lock;
+    another home's (whose name may start with this one's) has a longer name."""
+    prefix = f".{name}."
+    for entry in os.listdir(layout.archive):
+        rest = entry[len(prefix) : -len(TMP_SUFFIX)]
+        if not (entry.startswith(prefix) and entry.endswith(TMP_SUFFIX)):
+            continue
+        if len(rest) != STAGING_SUFFIX_CHARS:
+            continue
+        log.warning("archiving %s: removing %s, left by an archiving cut off", name, entry)
+        with _quiet():
+            os.unlink(layout.archive / entry)
 
 
 def _staging_prefix(name: str) -> str:
