@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import signal
 from typing import Any
 
@@ -59,6 +60,25 @@ def exit_status(exit_code: int | None, *, answered: bool = False) -> str:
     return f"exit code {exit_code}, {EXIT_MEANINGS.get(exit_code, 'crashed')}"
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def mend_text(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings replaced by U+FFFD.
+
+    JSON may carry half a surrogate pair (a JavaScript runner cutting its answer between an
+    emoji's halves prints ``"\\ud83d"``); Python keeps it in a str no UTF-8 encoder takes, so
+    each surface, the store and the log would fail on it in their own way. Mended here, once.
+    """
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [mend_text(v) for v in value]
+    if isinstance(value, dict):
+        return {mend_text(k): mend_text(v) for k, v in value.items()}
+    return value
+
+
 def _list(value: Any) -> list[Any]:
     """A field the contract says is a list; anything else (a number, an object) is none."""
     return value if isinstance(value, list) else []
@@ -84,6 +104,8 @@ def parse_envelope(
         return RunResult(ok=False, code="no_envelope", error=reason, **base)
     try:
         env = json.loads(line)
+        if "\\u" in line:  # only an escape can make a lone surrogate (the line is UTF-8)
+            env = mend_text(env)
         if not isinstance(env, dict) or not isinstance(env.get("ok"), bool):
             raise ValueError("no boolean 'ok'")
     except ValueError as exc:
