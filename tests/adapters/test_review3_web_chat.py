@@ -49,17 +49,17 @@ async def test_a_button_is_pressed_only_through_its_own_thread(env: dict[str, st
         client.release("OWN")
         answer = (await client.wait_role("own", "assistant"))[0]["text"]
         assert "fake answer to: hold OWN" in answer
-        # an approval: the same
-        await client.post("asks", "approve")
-        prompt = (await client.wait_role("asks", "prompt"))[0]
+        # an approval: the same (in the same conversation: one account to make, not two)
+        await client.post("own", "approve")
+        prompt = (await client.wait_role("own", "prompt"))[0]
         approve = next(c["token"] for c in prompt["choices"] if c["label"] == "Approve")
         status, body = await client.press("elsewhere", approve, "ada")
         assert status == 410, (status, body)
         assert "not from this thread" in body["text"]
         # through its own thread it still works
-        status, body = await client.press("asks", approve, "ada")
+        status, body = await client.press("own", approve, "ada")
         assert status == 200, body
-        answer = (await client.wait_role("asks", "assistant"))[0]["text"]
+        answer = (await client.wait_role("own", "assistant", 2))[1]["text"]
         assert "the tool was approved" in answer
 
 
