@@ -36,6 +36,7 @@ from bridge.ports import (
 )
 from bridge.store import StoreError, StoreFull
 
+from .replay import EventLog
 from .spec import check, is_loopback
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -55,6 +56,7 @@ SSE_HEARTBEAT_S = 15.0
 MAX_LIVE_BUBBLES = 20  # progress bubbles (not in the store) kept per thread
 # buttons shown (Stops included, which the store does not keep) remembered with their thread
 MAX_KNOWN_CHOICES = 10_000
+GAP_TEXT = "Some events were missed: read GET /api/threads/{}/messages again."
 NOT_THIS_THREAD = "This button is not from this thread (or it has expired)."
 # what a web page that is not this chat may do with it: nothing, not even frame it (a decoy
 # over the frame would get the click that approves a tool)
@@ -90,6 +92,7 @@ class WebSurface:
         self.live: dict[str, dict[str, dict[str, Any]]] = {}  # thread -> ref -> bubble
         # thread -> the queues of its open event streams; a thread without one has no key
         self.listeners: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
+        self.recent = EventLog()  # what a reconnected event stream missed
         # a shown button's token (before its code) -> its thread, the newest kept
         self.choice_threads: OrderedDict[str, str] = OrderedDict()
 
@@ -103,6 +106,7 @@ class WebSurface:
             self.choice_threads.popitem(last=False)
 
     def _publish(self, thread: str, event: dict[str, Any]) -> None:
+        event = self.recent.add(thread, event)
         for queue in list(self.listeners.get(thread, ())):
             if queue.qsize() < 1000:
                 queue.put_nowait(event)
@@ -417,6 +421,19 @@ class WebAdapter:
         conv = await self.ctx.store.conversation(record.conversation_id) if record else None
         return conv is not None and conv.thread_key == f"web:{thread}"
 
+    def _missed(self, request: web.Request, thread: str) -> bytes:
+        """What a stream starts with: for one that resumes (``Last-Event-ID``), the events it
+        missed, or a ``gap`` event when they are no longer all kept; then the id to resume
+        from (an id with no data: a stream that got no event yet resumes from here too)."""
+        start = f"id: {self.surface.recent.current_id()}\n\n".encode()
+        last = request.headers.get("Last-Event-ID")
+        if last is None:
+            return start
+        events = self.surface.recent.since(thread, last)
+        if events is None:
+            return _sse({"type": "gap", "text": GAP_TEXT.format(thread)}) + start
+        return b"".join(_sse(e) for e in events) + start
+
     async def events(self, request: web.Request) -> web.StreamResponse:
         thread = self._thread(request)
         if thread is None:
@@ -430,9 +447,12 @@ class WebAdapter:
         )
         await response.prepare(request)
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        # no await between the replay and listening: nothing is missed, nothing sent twice
+        missed = self._missed(request, thread)
         self.surface.listeners.setdefault(thread, set()).add(queue)
         try:
             await response.write(b": connected\n\n")
+            await response.write(missed)
             while True:
                 try:
                     event = await asyncio.wait_for(queue.get(), timeout=SSE_HEARTBEAT_S)
@@ -441,8 +461,7 @@ class WebAdapter:
                     continue
                 if event.get("type") == "closing":
                     break
-                data = json.dumps(event)
-                await response.write(f"event: {event['type']}\ndata: {data}\n\n".encode())
+                await response.write(_sse(event))
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -451,6 +470,12 @@ class WebAdapter:
             if not queues:  # the thread's last stream: its name is forgotten with it
                 self.surface.listeners.pop(thread, None)
         return response
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    """One server-sent event: its id (when it has one), type and JSON data."""
+    head = f"id: {event['id']}\n" if "id" in event else ""
+    return f"{head}event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
 
 def choice_key(token: str) -> str:
