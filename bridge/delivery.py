@@ -184,6 +184,16 @@ class Deliverer:
                     await self._failed(rec, f"{type(exc).__name__}: {exc}")
                     return False
                 delay = self._backoff(rec, attempt, exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # a surface's own bug (not a platform's answer): it would fail the same way
+                # again, so the reply is given up, logged with its traceback, and the
+                # conversation's later replies go on (escaping here, it stopped them all)
+                log.exception("reply %d: the %s surface failed", rec.id, rec.target.surface)
+                self._maybe_twice(rec, blind)
+                await self._failed(rec, f"the {rec.target.surface} surface failed: {exc!r}")
+                return False
             else:
                 self._maybe_twice(rec, blind)
                 await self._mark(rec, ReplyState.SENT, platform_ref=ref)
