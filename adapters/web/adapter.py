@@ -53,6 +53,7 @@ ROLE_BY_KIND = {
     ReplyKind.PROMPT: "prompt",
 }
 SSE_HEARTBEAT_S = 15.0
+BEARER = "bearer "  # an Authorization scheme, compared in lower case
 MAX_LIVE_BUBBLES = 20  # progress bubbles (not in the store) kept per thread
 # buttons shown (Stops included, which the store does not keep) remembered with their thread
 MAX_KNOWN_CHOICES = 10_000
@@ -276,8 +277,9 @@ class WebAdapter:
         if self._token is None:
             return True
         header = request.headers.get("Authorization", "")
-        given = header.removeprefix("Bearer ") if header.startswith("Bearer ") else ""
-        given = given or request.query.get("token", "")
+        # the scheme in any case (RFC 7235); another scheme (a proxy's Basic) is not ours
+        bearer = header[len(BEARER) :] if header[: len(BEARER)].lower() == BEARER else ""
+        given = bearer.strip() or request.query.get("token", "")
         # surrogateescape: bytes that are not UTF-8 compare (and fail) as bytes, not a 500
         return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._token)
 
