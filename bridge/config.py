@@ -49,11 +49,20 @@ DEFAULT_CONFIG_FILE = "jazz-bridge.toml"
 DEFAULT_ROOT = "jazz-bridge-home"
 
 
+MIN_TOKEN_CHARS = 16  # a token people set by hand guards a chat or the ops view: not "x"
+
+
 def _not_blank_token(value: SecretStr) -> SecretStr:
-    if not value.get_secret_value().strip():
+    secret = value.get_secret_value()
+    if not secret.strip():
         # an unset variable in an env or compose file: read as "no token" it would switch
         # authentication off, so it is refused (leave the key out for "none")
         raise ValueError("is empty: set a long random token, or leave the key out")
+    if len(secret) < MIN_TOKEN_CHARS:
+        raise ValueError(
+            f"is {len(secret)} characters, too short to be a secret: use at least "
+            f"{MIN_TOKEN_CHARS} random ones (e.g. the output of `openssl rand -hex 24`)"
+        )
     return value
 
 
@@ -64,7 +73,7 @@ def _not_blank_path(value: Any) -> Any:
     return value
 
 
-# a bearer token people set by hand: never empty (SecretStr, printed masked)
+# a bearer token people set by hand: never empty nor short (SecretStr, printed masked)
 Token = Annotated[SecretStr, AfterValidator(_not_blank_token)]
 # a directory setting: never empty
 DirPath = Annotated[Path, BeforeValidator(_not_blank_path)]

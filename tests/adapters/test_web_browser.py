@@ -16,6 +16,7 @@ from accounts_support import remove_accounts
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bridge"))
 from gateway_harness import gateway_env, running_gateway
 
+WEB_TOKEN = "s3cret-token-0123456789"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [
     pytest.mark.browser,
@@ -74,7 +75,7 @@ async def test_the_page_refuses_without_the_token_when_one_is_set(
 ) -> None:
     import aiohttp
 
-    env["JAZZ_BRIDGE_WEB__TOKEN"] = "s3cret-token"
+    env["JAZZ_BRIDGE_WEB__TOKEN"] = WEB_TOKEN
     async with running_gateway(env) as (app, _client):
         base = f"http://127.0.0.1:{app.port}"
         async with aiohttp.ClientSession() as s:
@@ -85,6 +86,6 @@ async def test_the_page_refuses_without_the_token_when_one_is_set(
             ) as r:
                 assert r.status == 401
             async with s.get(
-                f"{base}/api/threads/x/messages", headers={"Authorization": "Bearer s3cret-token"}
+                f"{base}/api/threads/x/messages", headers={"Authorization": f"Bearer {WEB_TOKEN}"}
             ) as r:
                 assert r.status == 200

@@ -309,7 +309,11 @@ def test_config_check_and_doctor_refuse_what_serve_refuses(
     message = refusal.removeprefix("jazz-bridge: error: ")
     assert f"FAIL configuration is valid -> {message}" in doctor.stdout.splitlines()
     # with the fix the refusal names, config check passes
-    fixed = {**env, "JAZZ_BRIDGE_WEB__ENABLED": "true", "JAZZ_BRIDGE_WEB__TOKEN": "a-web-token"}
+    fixed = {
+        **env,
+        "JAZZ_BRIDGE_WEB__ENABLED": "true",
+        "JAZZ_BRIDGE_WEB__TOKEN": "a-web-token-0123456789",
+    }
     assert _cli(tmp_path, fixed, "config", "check").returncode == 0
 
 
