@@ -258,7 +258,10 @@ class Engine:
             self._leftovers_killed.clear()
             self._spawn(self._kill_account_leftovers(self.homes.registry), "kill-leftovers")
         interrupted: list[ReplyRecord] = []
-        for msg in await self.store.messages_in_state(InboxState.RUNNING):
+        running = await self.store.messages_in_state(InboxState.RUNNING)
+        if running:  # a backend's runs outlive the process that started them (a daemon's)
+            await self.backend.end_leftovers(await self._conversations_of(running))
+        for msg in running:
             await self._kill_leftovers(msg)
             interrupted += await self._interrupt(msg, INTERRUPTED_TEXT)
         # Finished without a reply (an older gateway closed an interrupted run in two
@@ -334,6 +337,15 @@ class Engine:
         await asyncio.gather(
             self.deliverer.deliver(pending, in_doubt=True), self.deliverer.deliver(interrupted)
         )
+
+    async def _conversations_of(self, messages: list[MessageRecord]) -> set[str]:
+        """The runner's conversation names of the runs ``messages`` were in."""
+        names = set()
+        for msg in messages:
+            for run in await self.store.runs(msg.conversation_id, limit=50):
+                if run.message_id == msg.id and run.outcome is None:
+                    names.add(conversation_name(msg.thread_key, run.epoch))
+        return names
 
     async def _kill_leftovers(self, msg: MessageRecord) -> None:
         """A run that died with the gateway may have left processes: end them first (by
@@ -1287,7 +1299,7 @@ class Engine:
         request = RunRequest(
             home=home,
             identity=identity,
-            conversation=f"{msg.thread_key}#{epoch}",
+            conversation=conversation_name(msg.thread_key, epoch),
             prompt=prompt,
             agent=cfg.agent,
             approval_policy=cfg.approval_policy,
@@ -1426,6 +1438,11 @@ class Engine:
         """
         record = functools.partial(self.store.finish_run, run.run_id, outcome, state, replies)
         return await self._retry.run(record, f"run {run.run_id} of {run.message.thread_key}")
+
+
+def conversation_name(thread_key: str, epoch: int) -> str:
+    """A run's ``RunRequest.conversation``: the thread and its epoch (``/new`` bumps it)."""
+    return f"{thread_key}#{epoch}"
 
 
 def _answered_prompt(

@@ -8,7 +8,7 @@ success or failure, never silence.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -125,6 +125,14 @@ class RunnerBackend(abc.ABC):
 
     @abc.abstractmethod
     async def start(self, request: RunRequest) -> RunHandle: ...
+
+    async def end_leftovers(self, conversations: Collection[str]) -> None:  # noqa: B027
+        """End the runs of ``conversations`` (``RunRequest.conversation``) that an earlier
+        gateway process started and that may still work where this backend runs them: a
+        daemon keeps a run when its client dies. Called once at start, before any run, for
+        the runs the restart interrupted; the conversation's next run would otherwise work
+        beside it and fork its history. A spawned run's processes are ended by their tag
+        instead (the turn engine), so by default there is nothing to do."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the backend holds (sessions)."""

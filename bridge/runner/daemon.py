@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 from urllib.parse import quote
 
@@ -246,6 +246,80 @@ class DaemonRunner(RunnerBackend):
         handle.begin(data if isinstance(data, dict) and "state" in data else None)
         return handle
 
+    async def end_leftovers(self, conversations: Collection[str]) -> None:
+        """Cancel the daemon's active runs of ``conversations`` (left by a gateway process
+        that died mid-run) and wait, bounded, until the daemon reports each over. The
+        daemon's run list is read leniently (a list, or ``{"runs": [...]}``); a daemon that
+        cannot list them is logged, and its leftovers, if any, run out on their own."""
+        wanted = set(conversations)
+        if not wanted or self.settings.daemon_token is None:
+            return
+        try:
+            async with asyncio.timeout(self.stop_grace_s):
+                status, data = await self.request("GET", "/runs")
+        except (*NETWORK_ERRORS, DaemonProtocolError) as exc:
+            log.warning(
+                "could not list the daemon's runs to end %d interrupted run(s): %s",
+                len(wanted),
+                describe(exc),
+            )
+            return
+        if status != 200:
+            log.warning(
+                "the Jazz daemon answered HTTP %d to GET /runs%s: runs the restart interrupted "
+                "may still work there",
+                status,
+                self.detail(data),
+            )
+            return
+        left = [
+            run_id
+            for run in _listed_runs(data)
+            if run.get("conversationId") in wanted
+            and not _finished(run)
+            and (run_id := _run_id(run)) is not None
+        ]
+        for run_id in left:
+            log.warning("daemon run %s was left by the gateway's restart: cancelling it", run_id)
+        await asyncio.gather(*(self.end_run(run_id) for run_id in left))
+
+    async def end_run(self, run_id: str) -> bool:
+        """Cancel the run until the daemon reports it over (bounded by ``settle_wait_s``);
+        whether it did."""
+        deadline = time.monotonic() + self.settle_wait_s
+        delay = self.poll_s
+        while not await self._gone(_run_path(run_id)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.error(
+                    "daemon run %s is still active on the daemon %gs after it was ended here; "
+                    "the conversation's next run starts beside it",
+                    run_id,
+                    self.settle_wait_s,
+                )
+                return False
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, MAX_BACKOFF_S)
+        log.info("daemon run %s is over on the daemon", run_id)
+        return True
+
+    async def _gone(self, path: str) -> bool:
+        """Whether the daemon reports the run at ``path`` over; cancels it (again) when not.
+
+        Nothing listening at the daemon's address counts as over: no daemon, no run.
+        """
+        with contextlib.suppress(*NETWORK_ERRORS, DaemonProtocolError):
+            async with asyncio.timeout(self.stop_grace_s):
+                try:
+                    status, data = await self.request("GET", path)
+                except aiohttp.ClientConnectorError:
+                    return True
+                if status == 404 or (status == 200 and isinstance(data, dict) and _finished(data)):
+                    return True
+                if status == 200:
+                    await self.send_cancel(path)
+        return False
+
     def track(self, sweeper: asyncio.Task[None]) -> None:
         """Keep ``sweeper`` (a handle's wait for its run to end there) until it is done."""
         self._sweepers.add(sweeper)
@@ -273,7 +347,7 @@ class DaemonRunHandle(RunHandle):
         self.runner = runner
         self.run_id = run_id
         self.request = request
-        self.path = f"/runs/{quote(run_id, safe='')}"
+        self.path = _run_path(run_id)
         self.started = time.monotonic()
         self._events: asyncio.Queue[RunnerEvent | None] = asyncio.Queue()
         self._seen = 0  # how many of the run's events were forwarded
@@ -773,39 +847,7 @@ class DaemonRunHandle(RunHandle):
 
     async def _sweep(self) -> None:
         """Ask the daemon until it reports the run over, cancelling it again meanwhile."""
-        deadline = time.monotonic() + self.runner.settle_wait_s
-        delay = self.runner.poll_s
-        while not await self._gone():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                log.error(
-                    "daemon run %s is still active on the daemon %gs after it was ended here; "
-                    "the conversation's next run starts beside it",
-                    self.run_id,
-                    self.runner.settle_wait_s,
-                )
-                return
-            await asyncio.sleep(min(delay, left))
-            delay = min(delay * 2, MAX_BACKOFF_S)
-        self._over = True
-        log.info("daemon run %s is over on the daemon", self.run_id)
-
-    async def _gone(self) -> bool:
-        """Whether the daemon reports the run over; cancels it (again) when it is not.
-
-        Nothing listening at the daemon's address counts as over: no daemon, no run.
-        """
-        with contextlib.suppress(*NETWORK_ERRORS, DaemonProtocolError):
-            async with asyncio.timeout(self.runner.stop_grace_s):
-                try:
-                    status, data = await self.runner.request("GET", self.path)
-                except aiohttp.ClientConnectorError:
-                    return True
-                if status == 404 or (status == 200 and isinstance(data, dict) and _finished(data)):
-                    return True
-                if status == 200:
-                    await self.runner.send_cancel(self.path)
-        return False
+        self._over = await self.runner.end_run(self.run_id)
 
     async def wait(self) -> RunResult:
         assert self._task is not None
@@ -817,6 +859,17 @@ class DaemonRunHandle(RunHandle):
 def describe(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _run_path(run_id: str) -> str:
+    return f"/runs/{quote(run_id, safe='')}"
+
+
+def _listed_runs(data: Any) -> list[dict[str, Any]]:
+    """The runs in a ``GET /runs`` answer: a list, or an object holding one under "runs"."""
+    if isinstance(data, dict):
+        data = data.get("runs")
+    return [run for run in data if isinstance(run, dict)] if isinstance(data, list) else []
 
 
 def _run_id(data: Any) -> str | None:

@@ -41,6 +41,8 @@ class FakeRun:
 
     def view(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "state": self.state, "events": list(self.events)}
+        if isinstance(self.body, dict) and "conversationId" in self.body:
+            out["conversationId"] = self.body["conversationId"]
         if self.pending is not None:
             out["pending"] = self.pending
         if self.envelope is not None:
@@ -127,6 +129,12 @@ class FakeDaemon:
             self._polled.notify_all()
         return web.json_response(view)
 
+    async def listing(self, request: web.Request) -> web.Response:
+        """``GET /runs``: the active runs (the contract names the route, not its shape; this
+        fake answers ``{"runs": [...]}``, each run as ``GET /runs/:id`` shows it)."""
+        active = [run.view() for run in self.runs.values() if run.envelope is None]
+        return web.json_response({"runs": active})
+
     async def answer(self, request: web.Request) -> web.Response:
         run = self.runs[request.match_info["id"]]
         body = request[BODY]
@@ -158,6 +166,7 @@ class FakeDaemon:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.gate])
         app.router.add_post("/runs", self.create)
+        app.router.add_get("/runs", self.listing)
         app.router.add_get("/runs/{id}", self.get)
         app.router.add_delete("/runs/{id}", self.delete)
         app.router.add_post("/runs/{id}/answer", self.answer)
