@@ -174,6 +174,10 @@ class BadInput(Exception):
     """Bad flags or a bad first stdin line: a failure envelope, exit 1."""
 
 
+class HomeError(Exception):
+    """A path in the home this account cannot write: the message names it and why."""
+
+
 # -- output ---------------------------------------------------------------------------------
 
 
@@ -373,7 +377,36 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def ensure_home(home: str) -> None:
+    """The home exists (made with Jazz's modes) and this account can write into it.
+
+    Checked before the turn, so nobody is asked to approve anything in a run that could
+    never save its history; the error names the path and the account."""
+    try:
+        ensure_dir(home)
+    except OSError as exc:
+        raise HomeError(
+            f"cannot create JAZZ_HOME {home}: {exc.strerror} (uid {os.getuid()}); "
+            "make it, or its parent, writable by the run's account"
+        ) from exc
+    if not os.path.isdir(home):
+        raise HomeError(f"JAZZ_HOME {home} is not a directory")
+    if not os.access(home, os.W_OK | os.X_OK):
+        raise HomeError(
+            f"JAZZ_HOME {home} is not writable by uid {os.getuid()}; "
+            "give the run's account write access to it"
+        )
+
+
 def atomic_write(path: str, data: bytes) -> None:
+    """Write ``path`` whole, or raise HomeError naming it (the reason included)."""
+    try:
+        _atomic_write(path, data)
+    except OSError as exc:
+        raise HomeError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _atomic_write(path: str, data: bytes) -> None:
     """Write a temp file, fsync, rename into place, fsync the directory."""
     directory = os.path.dirname(path)
     ensure_dir(directory)
@@ -769,7 +802,11 @@ class Run:
         ext = os.path.splitext(name)[1].lower()
         media = MEDIA_TYPES.get(ext, "text/plain")
         data = tiny_png() if ext == ".png" else f"{NOT_AN_AI}\nartifact {name}\n".encode()
-        atomic_write(path, data)
+        try:
+            atomic_write(path, data)
+        except HomeError as exc:  # a tool that failed: the turn goes on and says so
+            self.notes.append(f"could not write workspace/{name}: {exc}")
+            return
         self.artifacts.append(
             {
                 "kind": "file",
@@ -987,7 +1024,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise BadInput("--conversation is required (unless --ephemeral)")
             run.home = os.path.abspath(home)
             frame = read_first_line(stdin, args.ephemeral)
-        except BadInput as exc:
+            if not args.ephemeral:
+                ensure_home(run.home)
+        except (BadInput, HomeError) as exc:
             run.fail("failed", str(exc))
         run.prompt = frame["prompt"]
         run.attachments = list(frame.get("attachments", []))
@@ -1005,6 +1044,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Finished as done:
         return done.code
+    except HomeError as exc:  # the history could not be saved: said plainly, not as a bug
+        out.event("error", message=str(exc))
+        out.envelope(run.failure("failed", str(exc)))
+        return 1
     except Exception as exc:  # a bug here must still end in an envelope, never silence
         import traceback
 
