@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import unicodedata
 from pathlib import Path
 
 from provisioning import pinned
@@ -21,13 +22,39 @@ ATTACHMENT_FILE_MODE = 0o0640  # rw-r-----  conv:O, like the files Jazz writes i
 ATTACHMENTS_DIR = "attachments"
 MAX_ARTIFACT_BYTES = 50 * 1024 * 1024
 
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+ATTACHMENT_NAME_BYTES = 180  # the cleaned name; with "<n>-<message id>-" well under NAME_MAX
+EXTENSION_BYTES = 16  # a longer last part is no extension: truncating keeps it no more
+_KEPT = frozenset("._-")
+_RUNS = re.compile(r"_+")
 
 
 def safe_filename(name: str, fallback: str = "file") -> str:
-    base = os.path.basename(name.replace("\\", "/"))
-    cleaned = _SAFE.sub("_", base).strip("._")[:120]
-    return cleaned or fallback
+    """A platform's file name made one plain entry that still says what the file is.
+
+    Compatibility forms are folded (NFKC: a decomposed "é", a "ﬁ" ligature, fullwidth
+    letters), letters, digits and marks of every script are kept with ``.``, ``_`` and ``-``
+    and anything else (slashes, controls, bidi overrides, spaces, lone surrogates) becomes
+    ``_``; only the last path component counts and leading/trailing dots go, so no name
+    can climb out or hide. Cut to ``ATTACHMENT_NAME_BYTES`` of UTF-8 keeping the extension.
+    """
+    text = unicodedata.normalize("NFKC", name).replace("\\", "/")
+    base = text.rsplit("/", 1)[-1]
+    cleaned = _RUNS.sub("_", "".join(c if _kept(c) else "_" for c in base))
+    stem, dot, ext = cleaned.rpartition(".")
+    stem = stem.strip("._")
+    if not dot or not stem or not ext.strip("_") or len(ext.encode()) > EXTENSION_BYTES:
+        return _cut(cleaned.strip("._"), ATTACHMENT_NAME_BYTES) or fallback
+    stem = _cut(stem, ATTACHMENT_NAME_BYTES - len(ext.encode()) - 1).rstrip("._")
+    return f"{stem or fallback}.{ext}"
+
+
+def _kept(char: str) -> bool:
+    return char in _KEPT or unicodedata.category(char)[0] in "LNM"
+
+
+def _cut(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` of UTF-8, on a character boundary."""
+    return text.encode()[:max_bytes].decode("utf-8", "ignore")
 
 
 def save_attachment(home: Home, message_id: int, name: str, data: bytes) -> str:
