@@ -7,8 +7,11 @@ into a write or read outside its own home by planting a link.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
+import secrets
 import stat
 import unicodedata
 from pathlib import Path
@@ -24,6 +27,8 @@ MAX_ARTIFACT_BYTES = 50 * 1024 * 1024
 
 ATTACHMENT_NAME_BYTES = 180  # the cleaned name; with "<n>-<message id>-" well under NAME_MAX
 EXTENSION_BYTES = 16  # a longer last part is no extension: truncating keeps it no more
+NAME_TRIES = 100  # "<n>-<message id>-<name>" candidates before a save gives up
+PARTIAL_PREFIX = ".partial-"  # a file being written; linked to its real name once complete
 _KEPT = frozenset("._-")
 _RUNS = re.compile(r"_+")
 
@@ -58,7 +63,12 @@ def _cut(text: str, max_bytes: int) -> str:
 
 
 def save_attachment(home: Home, message_id: int, name: str, data: bytes) -> str:
-    """Write an inbound file into ``workspace/attachments/``; returns its path. Blocking."""
+    """Write an inbound file into ``workspace/attachments/``; returns its path. Blocking.
+
+    The file is written under a hidden ``.partial-`` name and linked to its real name only
+    once complete (a full disk or quota leaves no truncated file looking like the person's);
+    an existing name, the person's earlier file or one the agent wrote, is never replaced.
+    """
     uid = home.account.uid
     gid = home.operator_gid
     dir_mode = HOME_SUBDIR_MODE if home.isolated else PRIVATE_DIR_MODE
@@ -71,27 +81,45 @@ def save_attachment(home: Home, message_id: int, name: str, data: bytes) -> str:
         finally:
             os.close(ws)
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            n = 0
-            while True:
-                candidate = filename if n == 0 else f"{n}-{filename}"
-                try:
-                    fd = os.open(candidate, flags, file_mode, dir_fd=att)
-                    break
-                except FileExistsError:
-                    n += 1
-                    if n > 100:
-                        raise
+            partial = f"{PARTIAL_PREFIX}{message_id}-{secrets.token_hex(8)}"
             try:
-                with os.fdopen(fd, "wb", closefd=False) as fh:
-                    fh.write(data)
-                os.fchown(fd, uid, gid)
-                os.fchmod(fd, file_mode)
+                _write_new(att, partial, data, uid, gid, file_mode)
+                candidate = _link_unused(att, partial, filename)
             finally:
-                os.close(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(partial, dir_fd=att)
         finally:
             os.close(att)
     return str(home.path / "workspace" / ATTACHMENTS_DIR / candidate)
+
+
+def _write_new(dir_fd: int, name: str, data: bytes, uid: int, gid: int, mode: int) -> None:
+    """Create ``name`` (never an existing entry, never through a link) holding ``data``."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, mode, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as fh:
+            fh.write(data)
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def _link_unused(dir_fd: int, source: str, filename: str) -> str:
+    """Give ``source`` the first free name of ``filename``, ``1-filename``, ...; that name."""
+    for n in range(NAME_TRIES + 1):
+        candidate = filename if n == 0 else f"{n}-{filename}"
+        try:
+            os.link(source, candidate, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(
+        errno.EEXIST,
+        f"{NAME_TRIES} files named like {filename} are already in the attachments; "
+        "remove some of them from the conversation's workspace/attachments",
+    )
 
 
 def check_in_home(home_path: Path, path: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> None:
