@@ -131,6 +131,7 @@ DIRECTIVE_RE = re.compile(
     r"(?<!\S)!([a-z][a-z0-9-]*)(?![\w-])(?:[ \t]+(?!![a-z])((?:(?![ \t]+![a-z])[^\n])*))?",
     re.IGNORECASE,
 )
+COUNT_RE = re.compile(r"[0-9]+")
 ANSWER_KEYS = {
     "approval_decision": "toolCallId",
     "user_input_response": "requestId",
@@ -534,6 +535,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def count_arg(rest: str, default: int, limit: int) -> int:
+    """A directive's count typed in a chat: ASCII digits, capped at ``limit``; else default.
+
+    (``str.isdigit`` accepts superscripts ``int`` refuses, and ``int`` refuses thousands of
+    digits: either was a runner crash.)"""
+    if not COUNT_RE.fullmatch(rest):
+        return default
+    return limit if len(rest) > len(str(limit)) else min(int(rest), limit)
+
+
+def amount_arg(rest: str, default: float, limit: float) -> float:
+    """A directive's amount (seconds, megabytes) in ``[0, limit]``; default if not a number."""
+    try:
+        value = float(rest) if rest else default
+    except ValueError:
+        return default
+    if math.isnan(value):
+        return default
+    return min(max(value, 0.0), limit)
+
+
 def directives(prompt: str) -> list[tuple[str, str]]:
     """``!name argument`` directives in order (the argument ends at a newline or directive)."""
     return [(m.group(1).lower(), (m.group(2) or "").strip()) for m in DIRECTIVE_RE.finditer(prompt)]
@@ -659,7 +681,7 @@ class Run:
         self.answer_override = "\n".join(lines)
 
     def do_tools(self, rest: str) -> None:
-        count = min(int(rest), MAX_TOOLS) if rest.isdigit() else 1
+        count = count_arg(rest, 1, MAX_TOOLS)
         names = ["read_file", "bash", "web_search"]
         self.out.event("tools_detected", count=count)
         for i in range(count):
@@ -686,12 +708,7 @@ class Run:
         self.notes.append("ran a pretend sub-agent")
 
     def do_delay(self, rest: str) -> None:
-        try:
-            seconds = min(max(float(rest or "1"), 0.0), MAX_SELF_S)
-        except ValueError:
-            seconds = 1.0
-        if not math.isfinite(seconds):
-            seconds = 1.0
+        seconds = amount_arg(rest, 1.0, MAX_SELF_S)
         self.work(seconds)
         self.notes.append(f"worked {seconds:g} s")
 
@@ -825,7 +842,7 @@ class Run:
             self.notes.append(f"ignored !cost {rest!r} (not a non-negative number)")
 
     def do_long(self, rest: str) -> None:
-        size = min(int(rest), MAX_LONG) if rest.isdigit() else 5000
+        size = count_arg(rest, 5000, MAX_LONG)
         parts: list[str] = [f"**{NOT_AN_AI}** Here is a long answer of about {size} characters."]
         total = len(parts[0])
         while total < size:
@@ -868,10 +885,7 @@ class Run:
         raise Finished(1)
 
     def do_big_stdout(self, rest: str) -> None:
-        try:
-            megabytes = min(max(float(rest or "1"), 0.0), MAX_BIG_STDOUT_MB)
-        except ValueError:
-            megabytes = 1.0
+        megabytes = amount_arg(rest, 1.0, MAX_BIG_STDOUT_MB)
         line = b"j" * 1023 + b"\n"
         block = line * 64  # 64 KiB, whole lines
         left = int(megabytes * 1024 * 1024)
@@ -887,10 +901,7 @@ class Run:
         import shutil
         import subprocess
 
-        try:
-            seconds = min(max(float(rest or "60"), 0.0), MAX_SELF_S)
-        except ValueError:
-            seconds = 60.0
+        seconds = amount_arg(rest, 60.0, MAX_SELF_S)
         sleeper = shutil.which("sleep")
         grand_argv = (
             [sleeper, f"{seconds:g}"]

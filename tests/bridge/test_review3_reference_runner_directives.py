@@ -1,0 +1,31 @@
+"""Odd directive arguments a person can type into the chat are read, never a runner crash.
+
+``!tools ²`` (a superscript counts as a digit for ``str.isdigit`` but not for ``int``), a
+count of thousands of digits (past Python's int-from-text limit) or ``!big-stdout nan``
+ended the turn as ``reference runner error: ValueError(...)``: a demo directive mistyped in
+the chat looked like a broken gateway.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_reference_runner import Runner, argv, prompt
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["!tools ²", "!long ³", "!tools " + "9" * 5000, "!long " + "7" * 5000, "!big-stdout nan"],
+    ids=["tools-superscript", "long-superscript", "tools-5000-digits", "long-5000-digits", "nan"],
+)
+def test_an_odd_directive_argument_still_answers(tmp_path: Path, text: str) -> None:
+    runner = Runner(tmp_path, argv())
+    try:
+        runner.send(prompt(text))
+        res = runner.finish()
+    finally:
+        runner.kill()
+    print(res.envelope and {k: res.envelope[k] for k in ("ok", "error") if k in res.envelope})
+    assert res.code == 0 and res.envelope is not None and res.envelope["ok"] is True
+    assert "This is the jazz-bridge reference runner, not an AI." in res.answer
