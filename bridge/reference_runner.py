@@ -301,7 +301,7 @@ class Stdin:
                     continue
                 try:
                     frame = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # nested past the stack is no frame either
                     out.stderr(
                         f"reference runner: ignored a stdin line that is not JSON: {line[:80]!r}"
                     )
@@ -997,7 +997,7 @@ def read_first_line(stdin: Stdin, ephemeral: bool) -> dict[str, Any]:
         raise BadInput('no first stdin line (expected {"prompt": "..."})')
     try:
         frame = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise BadInput(f'the first stdin line must be {{"prompt": "..."}}: {exc}') from exc
     if not isinstance(frame, dict) or not isinstance(frame.get("prompt"), str):
         raise BadInput('the first stdin line must be a JSON object {"prompt": "..."}')
