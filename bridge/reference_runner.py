@@ -137,6 +137,8 @@ ANSWER_KEYS = {
     "user_input_response": "requestId",
     "user_secret_response": "requestId",
 }
+READ_CHUNK = 1024 * 1024  # stdin is read this much at a time
+ECHO_MAX_CHARS = 20_000  # the default answer quotes at most this much of the prompt
 MAX_SELF_S = 300.0  # nothing this runner does on its own lasts longer (delays, hangs, spawns)
 MAX_PERSON_WAIT_S = 3600.0  # a prompt nobody answers for this long counts as unanswered
 MAX_TOOLS = 100
@@ -280,16 +282,21 @@ class Stdin:
         self.eof = False
 
     def readline(self) -> bytes | None:
-        while b"\n" not in self.buf:
+        """One line; in linear time (only new bytes are searched, joined once at the end)."""
+        chunks = [self.buf]
+        found = b"\n" in self.buf
+        while not found:
             try:
-                chunk = os.read(self.fd, 65536)
+                chunk = os.read(self.fd, READ_CHUNK)
             except OSError:
                 chunk = b""
             if not chunk:
-                rest, self.buf = self.buf, b""
+                rest = b"".join(chunks)
+                self.buf = b""
                 return rest or None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
+            chunks.append(chunk)
+            found = b"\n" in chunk
+        line, self.buf = b"".join(chunks).split(b"\n", 1)
         return line
 
     def pump(self, out: Output) -> None:
@@ -965,7 +972,7 @@ class Run:
 
     def default(self) -> str:
         turns = sum(1 for h in self.history if h["role"] == "user")
-        quoted = "\n".join("> " + line for line in self.prompt.splitlines()) or "> (empty)"
+        quoted = quote(self.prompt)
         lines = [
             f"**{NOT_AN_AI}** It only echoes (send `!help` for what it can pretend).",
             "",
@@ -989,6 +996,17 @@ class Run:
 
     def history_path(self) -> str:
         return os.path.join(self.home, "history", safe_name(self.args.conversation) + ".json")
+
+
+def quote(prompt: str) -> str:
+    """The prompt as a Markdown quote, at most ECHO_MAX_CHARS of it (a pasted log or a 10 MB
+    prompt echoed whole made an envelope past the gateway's line limit, JSON escapes
+    included)."""
+    shown = prompt[:ECHO_MAX_CHARS]
+    quoted = "\n".join("> " + line for line in shown.splitlines()) or "> (empty)"
+    if len(prompt) > len(shown):
+        quoted += f"\n\n({len(prompt) - len(shown):,} more characters not echoed)"
+    return quoted
 
 
 def read_first_line(stdin: Stdin, ephemeral: bool) -> dict[str, Any]:
