@@ -537,6 +537,24 @@ class TelegramSurface:
         except TelegramError as exc:
             raise self._map(exc) from exc
 
+    def _check_file_path(self, attachment: Attachment, file_path: str | None) -> None:
+        """Refuse a ``getFile`` path that is not a file of the Bot API's file server.
+
+        python-telegram-bot reads a ``file_path`` naming a file that exists on this machine
+        (``/etc/shadow``, ``../state/bridge.db``) from the disk instead of downloading it: a
+        Bot API server that is hostile, or a self-hosted one in ``--local`` mode, would have
+        the gateway (root) copy its own files into a conversation's home.
+        """
+        base = self.bot.base_file_url.rstrip("/") + "/"
+        path = file_path or ""
+        if not path.startswith(base) or ".." in path[len(base) :].split("/"):
+            raise DeliveryError(
+                f"could not fetch {attachment.name}: Telegram named it {path[:80]!r}, which is "
+                f"not a file of {base} (a self-hosted Bot API server in --local mode is not "
+                "supported)",
+                permanent=True,
+            )
+
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         limit = min(max_bytes, MAX_DOWNLOAD_BYTES)
         if attachment.size is not None and attachment.size > limit:
@@ -547,6 +565,7 @@ class TelegramSurface:
             file = await self.bot.get_file(attachment.platform_id)
             if file.file_size is not None and file.file_size > limit:
                 raise FileTooLarge(attachment.name, limit, file.file_size)
+            self._check_file_path(attachment, file.file_path)
             data = await file.download_as_bytearray()
         except TelegramError as exc:
             mapped = self._map(exc)  # say which file: the person sees this
