@@ -95,6 +95,16 @@ class Surface(Protocol):
 
 
 @runtime_checkable
+class ResolvesFiles(Protocol):
+    """A surface whose inbound attachments may come without their name or address (Slack's
+    ``file_access: check_file_info``: the id only). The core asks for the whole attachment
+    before downloading it, so the file lands in the home under its real name."""
+
+    async def resolve(self, attachment: Attachment) -> Attachment:
+        """``attachment`` with its name, size and address (as it is when it has them)."""
+
+
+@runtime_checkable
 class ConfirmsDelivery(Protocol):
     """A surface that can find a reply it already delivered, by its reply key.
 

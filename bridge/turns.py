@@ -50,6 +50,7 @@ from .ports import (
     FileTooLarge,
     PressResult,
     PressStatus,
+    ResolvesFiles,
     SubmitResult,
     SubmitStatus,
     Surface,
@@ -1252,7 +1253,7 @@ class Engine:
                     raise FileTooLarge(att.name, cap, att.size)
                 if surface is None:
                     raise DeliveryError(f"no surface {msg.platform} to download {att.name} from")
-                data = await self._download(surface, att, cap)
+                att, data = await self._download(surface, att, cap)
             except DeliveryError as exc:
                 # one of several files (an album, say: a phone's video is often over the
                 # Bot API's 20 MB; or a file deleted since it was shared): the run gets those
@@ -1268,12 +1269,20 @@ class Engine:
             await self._notice(msg, f"left-out:{msg.id}", _left_out_text(left_out))
         return paths
 
-    async def _download(self, surface: Surface, att: Attachment, cap: int) -> bytes:
-        """One attached file; a refusal that is not permanent (flood control, a 5xx, a lost
-        connection) is waited out and tried again (bounded) before the turn gives up."""
+    async def _download(
+        self, surface: Surface, att: Attachment, cap: int
+    ) -> tuple[Attachment, bytes]:
+        """One attached file, completed by a surface that sends some without their name
+        (the name it is saved under), and its bytes; a refusal that is not permanent (flood
+        control, a 5xx, a lost connection) is waited out and tried again (bounded) before
+        the turn gives up."""
         for attempt in range(1, DOWNLOAD_TRIES + 1):
             try:
-                return await surface.download(att, cap)
+                if isinstance(surface, ResolvesFiles):
+                    att = await surface.resolve(att)
+                    if att.size is not None and att.size > cap:
+                        raise FileTooLarge(att.name, cap, att.size)
+                return att, await surface.download(att, cap)
             except DeliveryError as exc:
                 if exc.permanent or attempt == DOWNLOAD_TRIES or self.stopping:
                     raise

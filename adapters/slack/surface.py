@@ -915,12 +915,17 @@ class SlackSurface:
             return True
         return parts.scheme == "https" and (host == "slack.com" or host.endswith(".slack.com"))
 
+    async def resolve(self, attachment: Attachment) -> Attachment:
+        """A file sent as ``check_file_info`` (its id only) completed from files.info."""
+        if not attachment.url and attachment.platform_id:
+            return await self._file_info(attachment)
+        return attachment
+
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         limit = min(max_bytes, self.max_file_bytes)
-        if not attachment.url and attachment.platform_id:  # sent as "check_file_info"
-            attachment = await self._file_info(attachment)
-            if attachment.size is not None and attachment.size > limit:
-                raise FileTooLarge(attachment.name, limit, attachment.size)
+        attachment = await self.resolve(attachment)
+        if attachment.size is not None and attachment.size > limit:
+            raise FileTooLarge(attachment.name, limit, attachment.size)
         url = attachment.url
         if not url:
             raise DeliveryError(f"the file {attachment.name} has no download URL", permanent=True)
