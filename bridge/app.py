@@ -14,6 +14,7 @@ import fcntl
 import gc
 import logging
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,19 +32,24 @@ from . import rules
 from .config import CoreSettings
 from .errors import BridgeError
 from .metrics import Metrics
+from .model import InboxState
 from .operators import OPS_SIZE_TTL_S, Operators
 from .ops import add_ops_routes
 from .ports import Adapter, AdapterContext, AdapterSpec
 from .retention import Sweeper
-from .runner import CliRunner, RunnerBackend, default_command
+from .runner import CliRunner, RunnerBackend, default_command, killer
 from .server import build_app
-from .store import SqliteStore, Store
+from .store import SqliteStore, Store, StoreError
 from .turns import Engine
 
 log = logging.getLogger(__name__)
 
 INSTANCE_LOCK = "gateway.lock"  # in <root>/state: held by the one serve on a root
 HTTP_SHUTDOWN_TIMEOUT_S = 5.0  # what requests still open at stop (event streams) get
+# Stop as SIGTERM does: a hangup too (the terminal of a foreground serve closed, a kill -HUP
+# meant as "reload"; nothing is reloaded), whose default action killed the gateway on the
+# spot, its runs going on without it and their threads told nothing
+STOP_SIGNALS_OF_SERVE = (signal.SIGHUP,)
 
 
 @dataclass(frozen=True)
@@ -255,6 +261,7 @@ class GatewayApp:
             except TimeoutError:
                 log.error("runs did not stop within %.0fs; cutting them off", grace)
                 await self.engine.abort()
+                await self._kill_cut_off_runs()
         if self.runner is not None:
             await self.runner.cleanup()
         for adapter in self.adapters:
@@ -265,6 +272,30 @@ class GatewayApp:
         if self._instance_lock is not None:
             os.close(self._instance_lock)
             self._instance_lock = None
+
+    async def _kill_cut_off_runs(self) -> None:
+        """SIGKILL what the runs the grace cut off left running, before the gateway exits.
+
+        The abort only stops waiting for them: a run whose stop needs longer than the grace
+        (``runner.kill_grace_s`` above ``server.shutdown_grace_s``, a runner slow to end)
+        went on as the conversation's account with nobody left to stop it, for as long as
+        the gateway stayed down. Killed as the next start would kill them (each run by its
+        tag, every conversation account whole when isolated); their messages stay
+        ``running`` and the next start answers them "interrupted".
+        """
+        assert self.engine is not None and self.store is not None
+        try:
+            running = await self.store.messages_in_state(InboxState.RUNNING)
+            registry = self.provisioned.registry if self.provisioned is not None else None
+            if running and registry is not None:
+                uids = await asyncio.to_thread(registry.owned_uids)
+                await asyncio.to_thread(killer.kill_accounts, uids)
+            for msg in running:
+                await self.engine._kill_leftovers(msg)  # the same kill as the next start's
+        except (killer.AccountKillError, StoreError, OSError, ValueError) as exc:
+            log.error("runs cut off may still be running (%s); the next start kills them", exc)
+        finally:
+            await asyncio.to_thread(killer.close)
 
 
 def _lock_root(state: Path) -> int:
@@ -302,8 +333,11 @@ def _freeze_startup_heap() -> None:
 
 
 async def serve(settings: CoreSettings, specs: dict[str, AdapterSpec], stop: asyncio.Event) -> None:
-    """Run until ``stop`` is set (SIGTERM/SIGINT), then shut down in order."""
+    """Run until ``stop`` is set (SIGTERM/SIGINT, SIGHUP), then shut down in order."""
     app = GatewayApp(settings, specs)
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS_OF_SERVE:
+        loop.add_signal_handler(sig, stop.set)
 
     async def start() -> None:
         await app.initialize()
@@ -326,3 +360,5 @@ async def serve(settings: CoreSettings, specs: dict[str, AdapterSpec], stop: asy
     finally:
         stopping.cancel()
         await app.stop()
+        for sig in STOP_SIGNALS_OF_SERVE:
+            loop.remove_signal_handler(sig)
