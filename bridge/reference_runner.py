@@ -37,10 +37,11 @@ for a person does not count against ``--timeout``. SIGTERM/SIGINT print an
 ``interrupted`` envelope and exit 143/130. Exit codes: 0 answer, 1 failure, 2 parked
 (``--park``), 3 ``!crash``.
 
-Without directives the answer says it is the reference runner, quotes the prompt and
-counts the conversation's earlier turns. Directives steer it (one per line or inline,
-each starting a word with ``!``; an argument runs to the end of the line or the next
-directive):
+Without directives the answer says it is the reference runner, quotes the prompt (at most
+``ECHO_MAX_CHARS`` of it) and counts the conversation's earlier turns. A home the run cannot
+write is a failure naming it before anything else happens. Directives steer it (one per
+line or inline, each starting a word with ``!``; an argument runs to the end of the line or
+the next directive):
 
   !help            list the directives
   !tools N         N pretend tool calls (tool events and the envelope's toolCalls)
