@@ -21,6 +21,7 @@ and writes it; what is queued is written at exit (:func:`stop_writer`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import json
 import logging
@@ -281,12 +282,46 @@ def install(
 
 
 class CappedFileHandler(logging.handlers.RotatingFileHandler):
-    """A rotating log file whose size stays capped with ``backupCount=0`` too.
+    """A rotating log file whose size stays capped with ``backupCount=0`` too, and that
+    follows its path when someone else moves or removes the file.
 
     RotatingFileHandler keeps no older file then, and it only reopens the full file for
     appending: ``log.backups = 0`` would let the file grow without bound. Here the full
     file is emptied instead, so at most ``(backups + 1) * max_bytes`` is ever on disk.
+
+    A file moved away (logrotate), removed (``rm`` to free the disk) or rotated by another
+    ``jazz-bridge`` process writing the same file is noticed at the next line, which goes
+    into a new file at the path, as ``WatchedFileHandler`` does: the open file would
+    otherwise take every later line (a removed one filling the disk unseen).
     """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._reopen_if_replaced()
+        super().emit(record)
+
+    def _reopen_if_replaced(self) -> None:
+        """Close the open file when the path no longer names it (emit opens the new one)."""
+        if self.stream is None:
+            return
+        try:
+            on_path = os.stat(self.baseFilename)
+        except FileNotFoundError:
+            on_path = None
+        except OSError:
+            return  # cannot tell (a directory on the way unreadable): keep writing
+        try:
+            opened = os.fstat(self.stream.fileno())
+        except (OSError, ValueError):
+            opened = None
+        if (
+            on_path is not None
+            and opened is not None
+            and (on_path.st_dev, on_path.st_ino) == (opened.st_dev, opened.st_ino)
+        ):
+            return
+        stream, self.stream = self.stream, None
+        with contextlib.suppress(OSError, ValueError):
+            stream.close()
 
     def doRollover(self) -> None:
         super().doRollover()
