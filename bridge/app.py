@@ -15,6 +15,7 @@ import gc
 import logging
 import os
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from provisioning.sandbox import resolve_isolation
 
 from . import rules
 from .config import CoreSettings
-from .errors import BridgeError
+from .errors import AdapterError, BridgeError
 from .metrics import Metrics
 from .model import InboxState
 from .operators import OPS_SIZE_TTL_S, Operators
@@ -180,7 +181,8 @@ class GatewayApp:
                 store=self.store,
                 metrics=self.metrics,
             )
-            adapter = spec.factory(ctx)
+            with _adapter_step(spec.name, "be made"):
+                adapter = spec.factory(ctx)
             self.adapters.append(adapter)
             self.engine.surfaces[adapter.surface.name] = adapter.surface
         self.web_app = build_app(
@@ -207,7 +209,8 @@ class GatewayApp:
             keeps_today=self.settings.limits.daily_cost_usd is not None,
         )
         for adapter in self.adapters:
-            await adapter.initialize()
+            with _adapter_step(adapter.name, "initialize"):
+                await adapter.initialize()
 
     def _health(self) -> dict[str, str | None]:
         return {a.name: a.health() for a in self.adapters}
@@ -236,7 +239,8 @@ class GatewayApp:
         )
         await self.site.start()
         for adapter in self.adapters:
-            await adapter.start()
+            with _adapter_step(adapter.name, "start"):
+                await adapter.start()
         self._started = True
         log.info(
             "jazz-bridge listening on http://%s:%d (adapters: %s)",
@@ -296,6 +300,24 @@ class GatewayApp:
             log.error("runs cut off may still be running (%s); the next start kills them", exc)
         finally:
             await asyncio.to_thread(killer.close)
+
+
+@contextlib.contextmanager
+def _adapter_step(name: str, step: str) -> Iterator[None]:
+    """An adapter's failure at start that it did not turn into a :class:`BridgeError` (a
+    library's ValueError at a malformed ``api_url``, a third-party adapter's own bug): one
+    line naming the adapter and the error (``serve``'s exit status 2), its traceback in the
+    log (secrets masked), instead of a bare Python traceback naming neither."""
+    try:
+        yield
+    except BridgeError:
+        raise
+    except Exception as exc:
+        log.error("the %s adapter could not %s", name, step, exc_info=True)
+        raise AdapterError(
+            f"the {name} adapter could not {step}: {type(exc).__name__}: {exc} (check the "
+            f"[{name}] settings; the traceback is in the log)"
+        ) from None
 
 
 def _lock_root(state: Path) -> int:
