@@ -33,14 +33,13 @@ from . import rules
 from .config import CoreSettings
 from .errors import AdapterError, BridgeError
 from .metrics import Metrics
-from .model import InboxState
 from .operators import OPS_SIZE_TTL_S, Operators
 from .ops import add_ops_routes
 from .ports import Adapter, AdapterContext, AdapterSpec
 from .retention import Sweeper
-from .runner import CliRunner, RunnerBackend, default_command, killer
+from .runner import CliRunner, RunnerBackend, default_command
 from .server import build_app
-from .store import SqliteStore, Store, StoreError
+from .store import SqliteStore, Store
 from .turns import Engine
 
 log = logging.getLogger(__name__)
@@ -264,8 +263,7 @@ class GatewayApp:
                 await asyncio.wait_for(self.engine.stop(), timeout=grace)
             except TimeoutError:
                 log.error("runs did not stop within %.0fs; cutting them off", grace)
-                await self.engine.abort()
-                await self._kill_cut_off_runs()
+                await self.engine.abort()  # it kills what the runs cut off left running
         if self.runner is not None:
             await self.runner.cleanup()
         for adapter in self.adapters:
@@ -276,30 +274,6 @@ class GatewayApp:
         if self._instance_lock is not None:
             os.close(self._instance_lock)
             self._instance_lock = None
-
-    async def _kill_cut_off_runs(self) -> None:
-        """SIGKILL what the runs the grace cut off left running, before the gateway exits.
-
-        The abort only stops waiting for them: a run whose stop needs longer than the grace
-        (``runner.kill_grace_s`` above ``server.shutdown_grace_s``, a runner slow to end)
-        went on as the conversation's account with nobody left to stop it, for as long as
-        the gateway stayed down. Killed as the next start would kill them (each run by its
-        tag, every conversation account whole when isolated); their messages stay
-        ``running`` and the next start answers them "interrupted".
-        """
-        assert self.engine is not None and self.store is not None
-        try:
-            running = await self.store.messages_in_state(InboxState.RUNNING)
-            registry = self.provisioned.registry if self.provisioned is not None else None
-            if running and registry is not None:
-                uids = await asyncio.to_thread(registry.owned_uids)
-                await asyncio.to_thread(killer.kill_accounts, uids)
-            for msg in running:
-                await self.engine._kill_leftovers(msg)  # the same kill as the next start's
-        except (killer.AccountKillError, StoreError, OSError, ValueError) as exc:
-            log.error("runs cut off may still be running (%s); the next start kills them", exc)
-        finally:
-            await asyncio.to_thread(killer.close)
 
 
 @contextlib.contextmanager

@@ -427,10 +427,31 @@ class Engine:
             _done, stuck = await asyncio.wait(left, timeout=ABORT_WAIT_S)
             for task in stuck:
                 log.error("task %s did not end when cancelled", task.get_name())
+        await self._kill_cut_off_runs()
         try:
             await asyncio.wait_for(self.backend.close(), ABORT_WAIT_S)
         except Exception as exc:  # closing is best effort here: the process is ending
             log.error("the runner backend did not close: %r", exc)
+
+    async def _kill_cut_off_runs(self) -> None:
+        """SIGKILL what the runs the abort cut off left running, before the gateway exits.
+
+        Cancelling a run's task only stops waiting for it: a run whose stop needs longer
+        than the gateway's grace (``runner.kill_grace_s`` above ``server.shutdown_grace_s``,
+        a runner slow to end) went on as the conversation's account with nobody left to
+        stop it. Killed as the next start kills them (each run by its tag, every
+        conversation account whole when isolated); their messages stay ``running`` and the
+        next start answers them "interrupted".
+        """
+        try:
+            running = await self.store.messages_in_state(InboxState.RUNNING)
+            if running and self.homes.isolated and self.homes.registry is not None:
+                uids = await asyncio.to_thread(self.homes.registry.owned_uids)
+                await asyncio.to_thread(kill_accounts, uids)
+            for msg in running:
+                await self._kill_leftovers(msg)
+        except (AccountKillError, StoreError, OSError, ValueError) as exc:
+            log.error("runs cut off may still be running (%s); the next start kills them", exc)
 
     # -- intake -------------------------------------------------------------------------------
 
