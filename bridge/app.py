@@ -198,8 +198,9 @@ class GatewayApp:
             self.provisioned.isolated,
             size_ttl_s=OPS_SIZE_TTL_S,
         )
-        if self.settings.ops.token is not None:
-            add_ops_routes(self.web_app, operators, self.settings.ops.token)
+        ops = self.settings.ops
+        if ops.token is not None:
+            add_ops_routes(self.web_app, operators, ops.token, secure_cookie=ops.secure_cookie)
         self.sweeper = Sweeper(
             self.settings.retention,
             self.store,

@@ -138,6 +138,9 @@ class LogSettings(Section):
 
 class OpsSettings(Section):
     token: Token | None = None  # the operator web view at /ops is off without it
+    # mark the login cookie Secure (sent over https only) also when the request came in as
+    # plain http: set it when /ops is reached through a TLS-terminating proxy
+    secure_cookie: bool = False
 
 
 class RetentionSettings(Section):

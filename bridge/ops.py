@@ -120,9 +120,10 @@ def _when(ts: float) -> str:
 
 
 class OpsView:
-    def __init__(self, operators: Operators, token: SecretStr) -> None:
+    def __init__(self, operators: Operators, token: SecretStr, *, secure_cookie: bool) -> None:
         self.operators = operators
         self._token = token.get_secret_value().encode()
+        self._secure_cookie = secure_cookie
 
     def _check(self, request: web.Request) -> web.StreamResponse | None:
         """None when authorized; else the refusal (401 no token, 403 wrong one) or a redirect."""
@@ -145,7 +146,7 @@ class OpsView:
                 path=PREFIX,
                 httponly=True,
                 samesite="Strict",
-                secure=request.secure,
+                secure=request.secure or self._secure_cookie,  # https, or behind a TLS proxy
             )
             return response
         cookie = request.cookies.get(COOKIE)
@@ -250,11 +251,13 @@ class OpsView:
         return _page(f"jazz-bridge: {conv.thread_key}", body)
 
 
-def add_ops_routes(app: web.Application, operators: Operators, token: SecretStr) -> None:
+def add_ops_routes(
+    app: web.Application, operators: Operators, token: SecretStr, *, secure_cookie: bool = False
+) -> None:
     """Mount the operator view (only call this when a token is configured)."""
     if not token.get_secret_value():
         raise ConfigError("ops.token is empty: set a long random token or leave it unset")
-    view = OpsView(operators, token)
+    view = OpsView(operators, token, secure_cookie=secure_cookie)
     app.router.add_get(PREFIX, view.guarded(view.listing))
     app.router.add_get(PREFIX + "/", view.guarded(view.listing))
     # ASCII digits, at most 18 (\\d also takes other scripts' digits; SQLite ids are 64-bit)
