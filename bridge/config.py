@@ -19,6 +19,7 @@ import typing
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -73,6 +74,21 @@ def _not_blank_path(value: Any) -> Any:
     return value
 
 
+def _http_url(value: str) -> str:
+    """An http(s) address with a host: a typo (``http://[::1/bot``, ``api.telegram.org``)
+    is named here, by ``config check`` too, not as a traceback when the client is made."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise ValueError(f"is not a valid address ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// address with a host")
+    return value
+
+
+# a platform's or the daemon's base address
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
 # a bearer token people set by hand: never empty nor short (SecretStr, printed masked)
 Token = Annotated[SecretStr, AfterValidator(_not_blank_token)]
 # a directory setting: never empty
@@ -101,7 +117,7 @@ class RunnerSettings(Section):
     env_passthrough: list[str] = []
     # passed to every run: provider keys (OPENAI_API_KEY...), so every value is a secret
     extra_env: Annotated[dict[str, str], SECRET_VALUES] = {}
-    daemon_url: str = "http://127.0.0.1:4747"
+    daemon_url: HttpUrl = "http://127.0.0.1:4747"
     daemon_token: SecretStr | None = None
     daemon_operator_token: SecretStr | None = None
     daemon_poll_s: float = Field(default=0.5, gt=0)

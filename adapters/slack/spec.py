@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from bridge.config import CoreSettings
+from bridge.config import CoreSettings, HttpUrl
 from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck, changed_keys
 
 # What the Slack app must subscribe to and be granted (deploy/slack/manifest*.yaml are
@@ -37,7 +37,7 @@ class SlackSettings(BaseModel):
     bot_token: SecretStr | None = None  # xoxb-...
     signing_secret: SecretStr | None = None  # required in HTTP mode
     app_token: SecretStr | None = None  # xapp-..., required in socket mode
-    api_url: str = "https://slack.com/api/"  # AsyncWebClient(base_url=...): proxies, tests
+    api_url: HttpUrl = "https://slack.com/api/"  # AsyncWebClient(base_url=...): proxies, tests
     # seconds a Web API call may take before it counts as failed (an unclear post is then
     # looked up by its reply key before it is sent again)
     api_timeout_s: int = Field(default=30, ge=1)

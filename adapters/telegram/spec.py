@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from bridge.config import CoreSettings
+from bridge.config import CoreSettings, HttpUrl
 from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck, changed_keys
 
 WEBHOOK_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what setWebhook accepts
@@ -21,8 +21,8 @@ class TelegramSettings(BaseModel):
     mode: Literal["webhook", "polling"] | None = None  # default: webhook when webhook_url set
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None  # required in webhook mode
-    api_url: str = "https://api.telegram.org/bot"  # the bot's base_url; the token is appended
-    file_url: str | None = None  # default: derived from api_url (".../bot" -> ".../file/bot")
+    api_url: HttpUrl = "https://api.telegram.org/bot"  # the bot's base_url; the token is appended
+    file_url: HttpUrl | None = None  # default: derived from api_url (".../bot" -> ".../file/bot")
     allowed_chats: list[int | str] = []
     allowed_users: list[int | str] = []
     allow_everyone: bool = False
