@@ -555,9 +555,12 @@ class Engine:
         person to press a button (typing does not answer it), they are told so: "still
         working" would have them wait for a run that waits for them."""
         if run.prompts and msg.sender_id == run.message.sender_id:
+            how = (
+                "reply with the number of your choice" if self._numbered(run) else "use its buttons"
+            )
             return (
-                "👆 The agent is waiting for your answer to its request above: please use its "
-                f"buttons. This message is queued (number {place} in line) and runs after."
+                f"👆 The agent is waiting for your answer to its request above: please {how}. "
+                f"This message is queued (number {place} in line) and runs after."
             )
         return (
             f"🕐 Queued: the agent is still working on an earlier message; this one is "
