@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from provisioning.archive import SUFFIX as ARCHIVE_SUFFIX
 from provisioning.archive import (
     ArchiveError,
     ArchiveResult,
@@ -26,7 +27,7 @@ from provisioning.archive import (
     is_archived,
     tarball_path,
 )
-from provisioning.layout import Layout, RootInfo
+from provisioning.layout import CHATS_DIR, Layout, RootInfo
 
 from .errors import BridgeError
 from .model import InboxState
@@ -99,41 +100,128 @@ def parse_since(value: str) -> float:
     return parsed.timestamp()
 
 
+SLACK_PERMALINK = re.compile(r"^/archives/([A-Z0-9]+)/p(\d{10})(\d{6})")
+# Slack's web client: /client/<team>/<channel>, or a thread: .../thread/<channel>-<ts>
+SLACK_CLIENT = re.compile(r"^/client/[A-Z0-9]+/([A-Z0-9]+)(?:/thread/[A-Z0-9]+-(\d{10}\.\d{6}))?")
+TELEGRAM_HOSTS = ("t.me", "telegram.me")
+# a link pasted without its scheme (https:// is added to read it)
+SCHEMELESS_LINK = re.compile(r"^(?:www\.)?(?:t\.me|telegram\.me|[a-z0-9.-]*slack\.com)/", re.I)
+
+
+@dataclass(frozen=True)
+class LinkPatterns:
+    """The thread key patterns a link gives, tried in order (see :func:`key_from_link`).
+
+    ``first``: tried before ``patterns``: a Telegram link to message N of a chat may be the
+    link of forum topic N (a topic's id is the id of the message that opened it).
+    """
+
+    platform: str
+    patterns: tuple[str, ...]
+    first: tuple[str, ...] = ()
+
+
 def key_from_link(link: str) -> tuple[str, tuple[str, ...]] | None:
     """(platform, patterns) for a Slack permalink or a Telegram t.me message link.
 
     Each pattern is a thread key with ``*`` for the parts a link does not carry; they are
     tried in order (the most precise first), and a pattern counts only when it matches one
-    conversation.
+    conversation. :meth:`Operators.find` also tries :attr:`LinkPatterns.first` before them.
     """
-    url = urlparse(link)
-    host = url.netloc.lower()
-    if host.endswith("slack.com"):
-        m = re.match(r"^/archives/([A-Z0-9]+)/p(\d{10})(\d{6})", url.path)
-        if not m:
+    parsed = link_patterns(link)
+    return None if parsed is None else (parsed.platform, parsed.patterns)
+
+
+def link_patterns(link: str) -> LinkPatterns | None:
+    """What :func:`key_from_link` says, with the patterns tried before those."""
+    url = urlparse(link.strip())
+    host = (url.hostname or "").lower()
+    if host == "slack.com" or host.endswith(".slack.com"):
+        return _slack_patterns(url.path, url.query)
+    if host in TELEGRAM_HOSTS or host in {f"www.{h}" for h in TELEGRAM_HOSTS}:
+        return _telegram_patterns(url.path, url.query)
+    return None
+
+
+def _slack_patterns(path: str, query: str) -> LinkPatterns | None:
+    permalink = SLACK_PERMALINK.match(path)
+    if permalink:
+        channel, ts = permalink.group(1), f"{permalink.group(2)}.{permalink.group(3)}"
+        thread: str | None = parse_qs(query).get("thread_ts", [ts])[0]
+    else:
+        client = SLACK_CLIENT.match(path)
+        if not client:
             return None
-        channel, ts = m.group(1), f"{m.group(2)}.{m.group(3)}"
-        thread = parse_qs(url.query).get("thread_ts", [ts])[0]
-        patterns = [f"slack:*:{channel}:{thread}"]
-        if channel.startswith("D"):  # a DM's own conversation has no thread in its key
-            patterns.append(f"slack:*:{channel}")
-        return "slack", tuple(patterns)
-    if host in ("t.me", "telegram.me"):
-        parts = [p for p in url.path.split("/") if p]
-        if len(parts) >= 3 and parts[0] == "c":
-            chat = f"-100{parts[1]}"
-            if len(parts) >= 4:  # /c/<chat>/<topic>/<message>
-                return "telegram", (f"telegram:{chat}:{parts[2]}",)
-            # /c/<chat>/<message>: the chat's own conversation, else its one topic
-            return "telegram", (f"telegram:{chat}", f"telegram:{chat}:*")
-        if len(parts) >= 2:  # public @username link: the chat id is not in it
-            return "telegram", (f"telegram:@{parts[0]}*",)
+        channel, thread = client.group(1), client.group(2)
+    patterns = [f"slack:*:{channel}:{thread}"] if thread else []
+    if channel.startswith("D"):  # a DM's own conversation has no thread in its key
+        patterns.append(f"slack:*:{channel}")
+    if not thread:  # a channel, no thread: its one conversation, if it has only one
+        patterns.append(f"slack:*:{channel}:*")
+    return LinkPatterns("slack", tuple(patterns))
+
+
+def _telegram_patterns(path: str, query: str) -> LinkPatterns | None:
+    parts = [p for p in path.split("/") if p]
+    topic = parse_qs(query).get("thread", [""])[0]
+    if len(parts) >= 3 and parts[0] == "c" and parts[1].isdigit():
+        chat = f"-100{parts[1]}"
+        if len(parts) >= 4:  # /c/<chat>/<topic>/<message>
+            return LinkPatterns("telegram", (f"telegram:{chat}:{parts[2]}",))
+        if topic.isdigit():  # /c/<chat>/<message>?thread=<topic>
+            return LinkPatterns("telegram", (f"telegram:{chat}:{topic}", f"telegram:{chat}"))
+        # /c/<chat>/<message>: the topic it opened, else the chat's own conversation, else
+        # its one topic
+        return LinkPatterns(
+            "telegram",
+            (f"telegram:{chat}", f"telegram:{chat}:*"),
+            first=(f"telegram:{chat}:{parts[2]}",),
+        )
+    if len(parts) >= 2:  # public @username link: the chat id is not in it
+        return LinkPatterns("telegram", (f"telegram:@{parts[0]}*",))
     return None
 
 
 def _matches(pattern: str, key: str) -> bool:
     regex = "^" + ".*".join(re.escape(p) for p in pattern.split("*")) + "$"
     return re.match(regex, key) is not None
+
+
+def _moved_key(conv: ConversationRecord) -> str | None:
+    """A Telegram group upgraded to a supergroup keeps the conversation keyed on its first
+    chat id, while its messages (and so its links) carry the new one: the key it would
+    have under the chat id of its latest message, when that differs."""
+    if conv.platform != "telegram":
+        return None
+    chat = conv.target.get("chat_id")
+    if not isinstance(chat, int):
+        return None
+    _platform, _, rest = conv.thread_key.partition(":")
+    first, sep, topic = rest.partition(":")
+    if first == str(chat):
+        return None
+    return f"telegram:{chat}{sep}{topic}"
+
+
+def _by_pattern(pattern: str, conversations: list[ConversationRecord]) -> list[ConversationRecord]:
+    """The conversations ``pattern`` matches: by their own key, else by a moved chat's."""
+    own = [c for c in conversations if _matches(pattern, c.thread_key)]
+    if own:
+        return own
+    return [c for c in conversations if (m := _moved_key(c)) is not None and _matches(pattern, m)]
+
+
+def _home_names(ref: str) -> list[str]:
+    """The home names a path may name: its last part, a tarball's name, or the directory
+    under ``chats/`` it lies in (a file inside a home, pasted from a log line)."""
+    path = Path(ref.rstrip("/"))
+    names = [path.name, path.name.removesuffix(ARCHIVE_SUFFIX)]
+    parts = path.parts
+    if CHATS_DIR in parts[:-1]:
+        at = len(parts) - 1 - parts[::-1].index(CHATS_DIR)
+        if at + 1 < len(parts):
+            names.append(parts[at + 1])
+    return names
 
 
 def account_names(layout: Layout) -> dict[str, str]:
@@ -157,19 +245,24 @@ class Operators:
     _sizes: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
 
     async def find(self, ref: str) -> ConversationRecord | None:
+        """The conversation ``ref`` names: a thread key, a link (see :func:`key_from_link`),
+        or a home's path (or a path inside one, or its tarball's); None when none, or when
+        a link fits more than one."""
         conversations = await self.store.conversations()
         by_key = {c.thread_key: c for c in conversations}
         if ref in by_key:
             return by_key[ref]
-        link = key_from_link(ref) if "://" in ref else None
+        if "://" not in ref and SCHEMELESS_LINK.match(ref.strip()):
+            ref = "https://" + ref.strip()
+        link = link_patterns(ref) if "://" in ref else None
         if link is not None:
-            for pattern in link[1]:
-                hits = [c for c in conversations if _matches(pattern, c.thread_key)]
+            for pattern in link.first + link.patterns:
+                hits = _by_pattern(pattern, conversations)
                 if hits:
                     return hits[0] if len(hits) == 1 else None  # ambiguous: say none
             return None
-        name = Path(ref.rstrip("/")).name
-        return next((c for c in conversations if c.home == name), None)
+        by_home = {c.home: c for c in conversations}
+        return next((by_home[n] for n in _home_names(ref) if n in by_home), None)
 
     def _account(self, home: str, names: dict[str, str] | None = None) -> str:
         if not self.isolated:

@@ -1,0 +1,118 @@
+"""Review: links an operator pastes find the conversation they point at (or say none).
+
+The operator has a link from the person who complains: Telegram's "Copy link" of a forum
+topic or of a message in one, a group that Telegram upgraded to a supergroup (its links
+carry the new id, its conversation is keyed on the first), Slack's browser address of a
+thread, a link pasted without its ``https://``, or a path from a log line (a file inside a
+home, the tarball of an archived one). Each must find its own conversation, never another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.model import Inbound
+from bridge.operators import Operators
+from bridge.store import SqliteStore
+from provisioning import naming
+from provisioning.layout import Layout
+
+FORUM = "-1001234567890"  # a forum supergroup: its General topic and two topics
+UPGRADED_OLD, UPGRADED_NEW = "-4242", "-1005555555555"  # a group upgraded to a supergroup
+SLACK_THREAD = "slack:T0TEAM:C0CHAN:1764669600.000100"
+
+CONVERSATIONS: dict[str, dict[str, Any]] = {
+    f"telegram:{FORUM}": {"chat_id": int(FORUM), "message_id": 5},
+    f"telegram:{FORUM}:12": {"chat_id": int(FORUM), "message_id": 50, "thread_id": 12},
+    f"telegram:{FORUM}:99": {"chat_id": int(FORUM), "message_id": 60, "thread_id": 99},
+    # keyed on the group's first id; its later messages (and replies) use the new one
+    f"telegram:{UPGRADED_OLD}": {"chat_id": int(UPGRADED_NEW), "message_id": 7},
+    SLACK_THREAD: {"team": "T0TEAM", "channel": "C0CHAN", "thread_ts": "1764669600.000100"},
+    "slack:T0TEAM:D0DMCHAN": {"team": "T0TEAM", "channel": "D0DMCHAN", "thread_ts": None},
+}
+
+
+@pytest.fixture
+async def ops(tmp_path: Path) -> AsyncIterator[Operators]:
+    store = SqliteStore(tmp_path / "state" / "bridge.db")
+    await store.open()
+    try:
+        for i, (key, target) in enumerate(CONVERSATIONS.items()):
+            await store.accept(
+                Inbound(
+                    platform=key.split(":")[0],
+                    event_id=f"e{i}",
+                    thread_key=key,
+                    sender_id="u",
+                    text="hi",
+                    target=target,
+                ),
+                home=naming.home_name(key),
+                is_command=False,
+            )
+        yield Operators(store, Layout(tmp_path), False)
+    finally:
+        await store.close()
+
+
+async def _found(ops: Operators, ref: str) -> str | None:
+    conv = await ops.find(ref)
+    return conv.thread_key if conv else None
+
+
+@pytest.mark.parametrize(
+    ("link", "wanted"),
+    [
+        # "Copy link" of a topic: t.me/c/<chat>/<topic id> (its first message's id)
+        (f"https://t.me/c/{FORUM[4:]}/12", f"telegram:{FORUM}:12"),
+        # a message of a topic in the ?thread= form
+        (f"https://t.me/c/{FORUM[4:]}/345?thread=99", f"telegram:{FORUM}:99"),
+        # ... and in the path form, and a General topic message: still theirs
+        (f"https://t.me/c/{FORUM[4:]}/12/345", f"telegram:{FORUM}:12"),
+        (f"https://t.me/c/{FORUM[4:]}/346", f"telegram:{FORUM}"),
+    ],
+)
+async def test_a_topic_link_finds_the_topic_not_the_general_chat(
+    ops: Operators, link: str, wanted: str
+) -> None:
+    assert await _found(ops, link) == wanted
+
+
+async def test_a_link_into_an_upgraded_group_finds_its_conversation(ops: Operators) -> None:
+    link = f"https://t.me/c/{UPGRADED_NEW[4:]}/8"
+    assert await _found(ops, link) == f"telegram:{UPGRADED_OLD}"
+
+
+@pytest.mark.parametrize(
+    ("link", "wanted"),
+    [
+        # the browser's address of a thread in Slack's web client
+        (
+            "https://app.slack.com/client/T0TEAM/C0CHAN/thread/C0CHAN-1764669600.000100",
+            SLACK_THREAD,
+        ),
+        ("https://app.slack.com/client/T0TEAM/D0DMCHAN", "slack:T0TEAM:D0DMCHAN"),
+        # pasted without the scheme
+        ("acme.slack.com/archives/C0CHAN/p1764669600000100", SLACK_THREAD),
+        (f"t.me/c/{FORUM[4:]}/12/345", f"telegram:{FORUM}:12"),
+    ],
+)
+async def test_other_forms_of_a_link_find_their_conversation(
+    ops: Operators, link: str, wanted: str
+) -> None:
+    assert await _found(ops, link) == wanted
+
+
+async def test_a_path_inside_a_home_or_its_tarball_finds_the_conversation(
+    ops: Operators, tmp_path: Path
+) -> None:
+    home = naming.home_name(SLACK_THREAD)
+    inside = tmp_path / "chats" / home / "workspace" / "report.pdf"
+    tarball = tmp_path / "archive" / f"{home}.tar.gz"
+    assert await _found(ops, str(inside)) == SLACK_THREAD
+    assert await _found(ops, str(tarball)) == SLACK_THREAD
+    assert await _found(ops, str(tmp_path / "chats" / "no-such-home")) is None
