@@ -27,6 +27,7 @@ from provisioning.archive import (
     is_archived,
     tarball_path,
 )
+from provisioning.errors import ProvisioningError
 from provisioning.layout import CHATS_DIR, Layout, RootInfo
 
 from .errors import BridgeError
@@ -408,6 +409,8 @@ class Operators:
                 row.update((await self.archive(conv, root)).as_dict(), archived=True)
             except (ArchiveBusy, ArchiveError) as exc:  # this home stays; the others go on
                 row.update(archived=False, reason=str(exc))
+            except (ProvisioningError, OSError) as exc:  # the archive disk full, say
+                row.update(archived=False, failed=True, reason=f"archiving failed: {exc}")
             rows.append(row)
         return rows
 

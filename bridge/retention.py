@@ -71,7 +71,14 @@ class Sweeper:
             rows = await self.operators.archive_idle(self.root, idle_days)
             report["archived"] = rows
             for row in rows:
-                if not row["archived"]:
+                if row.get("failed"):  # not busy: something to look at (a full disk, say)
+                    log.warning(
+                        "retention: could not archive %s (home %s): %s",
+                        row["threadKey"],
+                        row["home"],
+                        row["reason"],
+                    )
+                elif not row["archived"]:
                     log.info("retention: not archiving %s: %s", row["threadKey"], row["reason"])
         self.sweeps += 1
         return report
