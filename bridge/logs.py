@@ -16,6 +16,10 @@ Writing is a thread's job (:func:`off_thread`): a log line is a blocking write t
 a pipe (journald, a container runtime), and one that blocks (a full pipe, a slow disk) would
 stop the event loop with it. Callers only queue the record; a writer thread masks, formats
 and writes it; what is queued is written at exit (:func:`stop_writer`).
+
+The log file is never readable by "other" (:data:`LOG_FILE_MODE`, whatever the umask): the
+conversations' accounts are "other" to it, and it names every conversation (at DEBUG the
+platform libraries log the text of every message they send).
 """
 
 from __future__ import annotations
@@ -23,21 +27,26 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import io
 import json
 import logging
 import logging.handlers
 import os
 import queue
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, cast
 
 from pydantic import BaseModel, SecretStr
 
 LogFormat = Literal["auto", "json", "text"]
 
 MASK = "***"
+# The log file's mode when it is made: the gateway and its group (the operators, when it is
+# under the root), never "other", whose accounts include every conversation's
+LOG_FILE_MODE = 0o640
 # Shorter values would mask ordinary words; real tokens and secrets are far longer.
 MIN_SECRET_LEN = 6
 # Environment variables whose values are treated as secrets (names upper-cased).
@@ -299,6 +308,20 @@ class CappedFileHandler(logging.handlers.RotatingFileHandler):
         self._reopen_if_replaced()
         super().emit(record)
 
+    def _open(self) -> io.TextIOWrapper:
+        """The file, made ``LOG_FILE_MODE`` whatever the umask (and an existing one of ours
+        stripped of its "other" bits): a conversation's run must not read the gateway's log,
+        which names every conversation and, at DEBUG, holds their messages."""
+        stream = open(  # noqa: SIM115  # the handler keeps it open
+            self.baseFilename,
+            self.mode,
+            encoding=self.encoding,
+            errors=self.errors,
+            opener=_private_opener,
+        )
+        _strip_other_bits(stream.fileno())
+        return cast(io.TextIOWrapper, stream)  # a text mode: open gives a TextIOWrapper
+
     def _reopen_if_replaced(self) -> None:
         """Close the open file when the path no longer names it (emit opens the new one)."""
         if self.stream is None:
@@ -327,6 +350,20 @@ class CappedFileHandler(logging.handlers.RotatingFileHandler):
         super().doRollover()
         if self.backupCount == 0 and os.path.isfile(self.baseFilename):
             os.truncate(self.baseFilename, 0)  # the stream appends: it writes from 0 again
+
+
+def _private_opener(path: str, flags: int) -> int:
+    """``os.open`` creating the file ``LOG_FILE_MODE`` (the umask can only take bits away)."""
+    return os.open(path, flags | os.O_CLOEXEC, LOG_FILE_MODE)
+
+
+def _strip_other_bits(fd: int) -> None:
+    """A log file left readable by others (an older version's, made under umask 022) loses
+    its "other" bits; one another account owns is left alone (its owner's choice)."""
+    with contextlib.suppress(OSError):  # a filesystem without modes: keep logging
+        st = os.fstat(fd)
+        if st.st_mode & 0o007 and st.st_uid == os.geteuid():
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~0o007)
 
 
 class _Frozen(logging.handlers.QueueHandler):
