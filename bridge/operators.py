@@ -37,6 +37,7 @@ from .store import ConversationRecord, Store
 
 RUN_SCAN_LIMIT = 100_000
 LISTING_CONCURRENCY = 4  # homes summed at once for a listing (each a walk in a thread)
+DAY_S = 86400.0
 OPS_SIZE_TTL_S = 300.0  # the /ops page reuses a home's measured size this long
 LIST_COLUMNS = (
     "threadKey",
@@ -380,20 +381,33 @@ class Operators:
             return "has replies not yet delivered (files are sent from its home)"
         return None
 
-    async def archive(self, conv: ConversationRecord, root: RootInfo) -> ArchiveResult:
-        """Pack ``conv``'s home away; ArchiveBusy when it is not idle (checked under the lock)."""
+    async def archive(
+        self, conv: ConversationRecord, root: RootInfo, *, idle_since: float | None = None
+    ) -> ArchiveResult:
+        """Pack ``conv``'s home away; ArchiveBusy when it is not idle (checked under the lock).
+
+        ``idle_since``: the sweep's cut-off; a conversation written to after it (while the
+        sweep packed the homes before it) is refused too, as not idle any more.
+        """
         loop = asyncio.get_running_loop()
 
+        async def why_not() -> str | None:
+            reason = await self.busy_reason(conv)
+            if reason is None and idle_since is not None:
+                now = await self.store.conversation(conv.id)
+                if now is not None and now.last_active_at >= idle_since:
+                    reason = f"was active again at {_iso(now.last_active_at)}"
+            return reason
+
         def check() -> None:  # runs on the archiving thread, under the archive lock
-            reason = asyncio.run_coroutine_threadsafe(self.busy_reason(conv), loop).result()
+            reason = asyncio.run_coroutine_threadsafe(why_not(), loop).result()
             if reason is not None:
                 raise ArchiveBusy(f"{conv.thread_key} {reason}; it can be archived once it is idle")
 
         return await asyncio.to_thread(archive_home, root, conv.home, check)
 
-    async def idle(self, idle_days: float) -> list[ConversationRecord]:
-        """Conversations not active for ``idle_days`` whose home is on disk, oldest first."""
-        cutoff = time.time() - idle_days * 86400
+    async def idle(self, cutoff: float) -> list[ConversationRecord]:
+        """Conversations not active since ``cutoff`` whose home is on disk, oldest first."""
         stale = [c for c in await self.store.conversations() if c.last_active_at < cutoff]
         present = [
             c for c in stale if await asyncio.to_thread(os.path.isdir, self.layout.home(c.home))
@@ -403,10 +417,12 @@ class Operators:
     async def archive_idle(self, root: RootInfo, idle_days: float) -> list[dict[str, Any]]:
         """Archive every idle home that is not busy; one row per home tried."""
         rows: list[dict[str, Any]] = []
-        for conv in await self.idle(idle_days):
+        cutoff = time.time() - idle_days * DAY_S
+        for conv in await self.idle(cutoff):
             row: dict[str, Any] = {"threadKey": conv.thread_key, "home": conv.home}
             try:
-                row.update((await self.archive(conv, root)).as_dict(), archived=True)
+                archived = await self.archive(conv, root, idle_since=cutoff)
+                row.update(archived.as_dict(), archived=True)
             except (ArchiveBusy, ArchiveError) as exc:  # this home stays; the others go on
                 row.update(archived=False, reason=str(exc))
             except (ProvisioningError, OSError) as exc:  # the archive disk full, say
