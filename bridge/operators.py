@@ -38,6 +38,7 @@ from .store import ConversationRecord, Store
 RUN_SCAN_LIMIT = 100_000
 LISTING_CONCURRENCY = 4  # homes summed at once for a listing (each a walk in a thread)
 DAY_S = 86400.0
+BLOCK_BYTES = 512  # the unit of st_blocks
 OPS_SIZE_TTL_S = 300.0  # the /ops page reuses a home's measured size this long
 LIST_COLUMNS = (
     "threadKey",
@@ -61,8 +62,13 @@ def _iso(ts: float | None) -> str | None:
 
 
 def disk_usage(path: Path) -> int:
-    """Bytes used under ``path``, following no link."""
-    total = 0
+    """Bytes used under ``path`` (itself included), following no link, as ``du`` counts:
+    a file with several names (hard links: a local ``git clone``, ``cp -al``) once."""
+    try:
+        total = os.lstat(path).st_blocks * BLOCK_BYTES
+    except OSError:
+        return 0
+    seen: set[tuple[int, int]] = set()
     stack = [str(path)]
     while stack:
         current = stack.pop()
@@ -73,7 +79,11 @@ def disk_usage(path: Path) -> int:
                         st = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    total += st.st_blocks * 512
+                    if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                        if (st.st_dev, st.st_ino) in seen:
+                            continue
+                        seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * BLOCK_BYTES
                     if stat.S_ISDIR(st.st_mode):
                         stack.append(entry.path)
         except OSError:
