@@ -49,8 +49,10 @@ MASK = "***"
 LOG_FILE_MODE = 0o640
 # Shorter values would mask ordinary words; real tokens and secrets are far longer.
 MIN_SECRET_LEN = 6
-# Environment variables whose values are treated as secrets (names upper-cased).
+# Environment variables whose values are treated as secrets: names (upper-cased) holding one
+# of these, or ending in SECRET_ENV_SUFFIX (AZURE_OPENAI_KEY, which runs are given by name)
 SECRET_ENV_HINTS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "ACCESS_KEY")
+SECRET_ENV_SUFFIX = "KEY"  # noqa: S105  # a part of a name, not a secret
 # The user information of a URL (``scheme://user:password@host``); it cannot hold / ? # @
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s]+)@")
 
@@ -240,10 +242,16 @@ def secret_values(settings: BaseModel | None, environ: Mapping[str, str] | None 
         walk(settings)
     env = os.environ if environ is None else environ
     for name, value in env.items():
-        if any(hint in name.upper() for hint in SECRET_ENV_HINTS):
+        if is_secret_env_name(name):
             found.add(value)
         found.update(url_secrets(value))
     return {s for s in found if len(s) >= MIN_SECRET_LEN}
+
+
+def is_secret_env_name(name: str) -> bool:
+    """Whether an environment variable's name says its value is a secret."""
+    upper = name.upper()
+    return upper.endswith(SECRET_ENV_SUFFIX) or any(hint in upper for hint in SECRET_ENV_HINTS)
 
 
 def is_terminal(stream: IO[str] | Any) -> bool:
