@@ -10,7 +10,9 @@ carries its thread key, outcome and duration as data, not prose.
 secret (each ``SecretStr`` in the settings, adapter sections included, every value of
 ``runner.extra_env``, a URL's password) and of secret-looking environment variables wherever
 it appears: the message, its arguments, extra fields and tracebacks. A Telegram token inside
-a URL an HTTP library logs is masked like any other, and so is the password of any URL.
+a URL an HTTP library logs is masked like any other, and so is the password of any URL. A
+secret a length cap cut before it was masked (a run's stderr lines shown in the chat) is
+masked up to the cut: its first characters ending a line, or its last ones starting one.
 
 Writing is a thread's job (:func:`off_thread`): a log line is a blocking write to a file or
 a pipe (journald, a container runtime), and one that blocks (a full pipe, a slow disk) would
@@ -174,6 +176,8 @@ class SecretMasker(logging.Filter):
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, MASK)
+        for secret in self.secrets:
+            text = _mask_cut_tail(_mask_cut_head(text, secret), secret)
         return mask_url_credentials(text)  # a URL's password, however short or unknown
 
     def _mask_value(self, value: Any) -> Any:
@@ -213,6 +217,38 @@ class SecretMasker(logging.Filter):
         if record.stack_info:
             record.stack_info = self.mask(record.stack_info)
         return True
+
+
+def _mask_cut_head(text: str, secret: str) -> str:
+    """``text`` with the beginning of ``secret`` masked where it ends a line: what a length
+    cap applied before masking (a run's stderr line) kept of it."""
+    head = secret[:MIN_SECRET_LEN]
+    start = text.find(head)
+    while start != -1:
+        end = text.find("\n", start)
+        end = len(text) if end == -1 else end
+        if secret.startswith(text[start:end]):
+            text = text[:start] + MASK + text[end:]
+            start = text.find(head, start + len(MASK))
+        else:
+            start = text.find(head, start + 1)
+    return text
+
+
+def _mask_cut_tail(text: str, secret: str) -> str:
+    """``text`` with the end of ``secret`` masked where it starts a line: what a cap keeping
+    the end of a text (the last lines a run wrote) kept of it."""
+    tail = secret[-MIN_SECRET_LEN:]
+    found = text.find(tail)
+    while found != -1:
+        begin = text.rfind("\n", 0, found) + 1
+        stop = found + len(tail)
+        if secret.endswith(text[begin:stop]):
+            text = text[:begin] + MASK + text[stop:]
+            found = text.find(tail, begin + len(MASK))
+        else:
+            found = text.find(tail, found + 1)
+    return text
 
 
 def secret_values(settings: BaseModel | None, environ: Mapping[str, str] | None = None) -> set[str]:
