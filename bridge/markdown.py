@@ -652,6 +652,22 @@ def _with_definitions(part: str, definitions: list[_Definition]) -> str:
     return whole
 
 
+def closed(text: str) -> str:
+    """``text`` with a code block it leaves open at its end closed: whatever follows it (the
+    run's summary line) would otherwise read as more code. A model cut off by its token
+    limit stops mid-block."""
+    blocks = _blocks(text.rstrip("\n"))
+    if not blocks or blocks[-1].kind != "fence":
+        return text
+    last = blocks[-1]
+    lines = last.source.split("\n")
+    tail = lines[-1].strip() if len(lines) > 1 else ""
+    char = last.markup[:1]
+    if tail and set(tail) == {char} and len(tail) >= len(last.markup):
+        return text  # it has its closing fence
+    return text.rstrip("\n") + "\n" + last.markup
+
+
 def split_markdown(text: str, limit: int) -> list[str]:
     """Parts of at most ``limit`` characters, cut between blocks, code blocks kept whole;
     each with the link reference definitions its links use."""

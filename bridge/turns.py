@@ -41,7 +41,7 @@ from .delivery import Deliverer
 from .errors import RunnerError
 from .files import check_in_home, save_attachment
 from .logs import mask
-from .markdown import split_markdown
+from .markdown import closed, split_markdown
 from .message_queue import AlbumKey, MessageQueue, album_key
 from .metrics import Metrics
 from .model import Attachment, Inbound, InboxState, Outgoing, ReplyKind, ReplyTarget
@@ -1417,7 +1417,7 @@ class Engine:
                 self._reply(msg, f"interrupted:{msg.id}", Outgoing(ReplyKind.NOTICE, SHUTDOWN_TEXT))
             )
         elif result.ok:
-            body = result.answer if bubble else f"{result.answer}\n\n_{line}_"
+            body = result.answer if bubble else f"{closed(result.answer)}\n\n_{line}_"
             # off the loop: a long answer takes a while to parse and split
             parts = await asyncio.to_thread(split_markdown, body, limit - 16)
             for i, part in enumerate(parts):
