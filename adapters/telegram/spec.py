@@ -7,10 +7,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from bridge.config import CoreSettings, HttpUrl
+from bridge.config import MIN_TOKEN_CHARS, CoreSettings, HttpUrl
 from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck, changed_keys
 
-WEBHOOK_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what setWebhook accepts
+# what setWebhook accepts (1-256 of these), at least as long as any token people set by hand:
+# a short one is guessed, and too short to be told from a word when logs are masked
+WEBHOOK_SECRET = re.compile(rf"^[A-Za-z0-9_-]{{{MIN_TOKEN_CHARS},256}}$")
 
 
 class TelegramSettings(BaseModel):
@@ -80,7 +82,10 @@ def check(settings: TelegramSettings, core: CoreSettings) -> list[str]:
                 "in webhook mode: Telegram sends it with every update"
             )
         elif not WEBHOOK_SECRET.match(secret.get_secret_value()):
-            found.append("telegram.webhook_secret must be 1-256 characters of A-Z a-z 0-9 _ -")
+            found.append(
+                f"telegram.webhook_secret must be {MIN_TOKEN_CHARS}-256 characters of "
+                "A-Z a-z 0-9 _ - (e.g. the output of `openssl rand -hex 24`)"
+            )
     return found
 
 

@@ -135,7 +135,7 @@ POLLING = {"JAZZ_BRIDGE_TELEGRAM__MODE": "polling"}  # doctor needs no webhook r
         ),
         (  # a space: setWebhook would refuse it
             {"JAZZ_BRIDGE_TELEGRAM__WEBHOOK_SECRET": "not a secret"},
-            "telegram.webhook_secret must be 1-256 characters",
+            "telegram.webhook_secret must be 16-256 characters",
         ),
     ],
 )
