@@ -38,6 +38,7 @@ from .store import ConversationRecord, Store
 RUN_SCAN_LIMIT = 100_000
 LISTING_CONCURRENCY = 4  # homes summed at once for a listing (each a walk in a thread)
 DAY_S = 86400.0
+AMBIGUOUS_SHOWN = 10  # conversations an ambiguous link names
 BLOCK_BYTES = 512  # the unit of st_blocks
 OPS_SIZE_TTL_S = 300.0  # the /ops page reuses a home's measured size this long
 LIST_COLUMNS = (
@@ -258,8 +259,9 @@ class Operators:
 
     async def find(self, ref: str) -> ConversationRecord | None:
         """The conversation ``ref`` names: a thread key, a link (see :func:`key_from_link`),
-        or a home's path (or a path inside one, or its tarball's); None when none, or when
-        a link fits more than one."""
+        or a home's path (or a path inside one, or its tarball's); None when none.
+        AmbiguousLink when a link fits several (a chat's link, the bot in several of its
+        topics or threads)."""
         conversations = await self.store.conversations()
         by_key = {c.thread_key: c for c in conversations}
         if ref in by_key:
@@ -270,8 +272,10 @@ class Operators:
         if link is not None:
             for pattern in link.first + link.patterns:
                 hits = _by_pattern(pattern, conversations)
+                if len(hits) > 1:
+                    raise AmbiguousLink(ref, [c.thread_key for c in hits])
                 if hits:
-                    return hits[0] if len(hits) == 1 else None  # ambiguous: say none
+                    return hits[0]
             return None
         by_home = {c.home: c for c in conversations}
         return next((by_home[n] for n in _home_names(ref) if n in by_home), None)
@@ -439,6 +443,19 @@ class Operators:
                 row.update(archived=False, failed=True, reason=f"archiving failed: {exc}")
             rows.append(row)
         return rows
+
+
+class AmbiguousLink(BridgeError):
+    """A link fits more than one conversation; the message names them."""
+
+    def __init__(self, link: str, keys: list[str]) -> None:
+        shown = ", ".join(keys[:AMBIGUOUS_SHOWN])
+        more = f" and {len(keys) - AMBIGUOUS_SHOWN} more" if len(keys) > AMBIGUOUS_SHOWN else ""
+        super().__init__(
+            f"{link!r} fits {len(keys)} conversations ({shown}{more}); name one by its "
+            "thread key (see jazz-bridge homes list)"
+        )
+        self.keys = keys
 
 
 class ArchiveBusy(BridgeError):

@@ -9,6 +9,9 @@ home, the tarball of an archived one). Each must find its own conversation, neve
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -116,3 +119,38 @@ async def test_a_path_inside_a_home_or_its_tarball_finds_the_conversation(
     assert await _found(ops, str(inside)) == SLACK_THREAD
     assert await _found(ops, str(tarball)) == SLACK_THREAD
     assert await _found(ops, str(tmp_path / "chats" / "no-such-home")) is None
+
+
+async def test_a_link_that_fits_several_conversations_says_so(tmp_path: Path) -> None:
+    """A forum link without a topic, the bot in two topics and not in General: the
+    operator was told "no conversation matches" although two do; they are named."""
+    root = tmp_path / "root"
+    store = SqliteStore(root / "state" / "bridge.db")
+    await store.open()
+    try:
+        for i, topic in enumerate((12, 99)):
+            key = f"telegram:{FORUM}:{topic}"
+            await store.accept(
+                Inbound(
+                    platform="telegram",
+                    event_id=f"e{i}",
+                    thread_key=key,
+                    sender_id="u",
+                    text="hi",
+                    target={"chat_id": int(FORUM), "thread_id": topic},
+                ),
+                home=naming.home_name(key),
+                is_command=False,
+            )
+    finally:
+        await store.close()
+    shown = subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "homes", "show", f"https://t.me/c/{FORUM[4:]}/500"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "JAZZ_BRIDGE_ROOT": str(root)},
+    )
+    assert shown.returncode == 2, shown.stdout + shown.stderr
+    assert "no conversation matches" not in shown.stderr, shown.stderr
+    assert f"telegram:{FORUM}:12" in shown.stderr and f"telegram:{FORUM}:99" in shown.stderr
