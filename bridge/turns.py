@@ -699,6 +699,11 @@ class Engine:
         return ReplyTarget(surface=msg.platform, thread_key=msg.thread_key, context=msg.target)
 
     def _reply(self, msg: MessageRecord, key: str, out: Outgoing) -> NewReply:
+        """What goes to the chat, with every configured secret masked: a run holds a provider
+        key (``runner.extra_env``), and an answer quoting it would post it to the thread."""
+        text = mask(out.text)
+        if text != out.text:
+            out = dataclasses.replace(out, text=text)
         return NewReply(
             dedupe_key=key,
             conversation_id=msg.conversation_id,
@@ -1553,7 +1558,7 @@ def _failure_text(result: RunResult, stopped_by: str | None) -> str:
     )
     text = f"❌ The agent could not answer: {reason}{detail}."
     if result.code in ("no_envelope", "bad_envelope") and result.stderr_tail:
-        tail = "\n".join(result.stderr_tail[-5:])[-800:]
+        tail = mask("\n".join(result.stderr_tail[-5:]))[-800:]  # masked whole, then cut
         text += f"\n\n```\n{tail}\n```"
     # what a runner printed goes to the chat: a key it was given (runner.extra_env) must not
     return mask(text)

@@ -28,6 +28,7 @@ from typing import Any
 from provisioning.errors import ProvisioningError
 
 from ..errors import RunnerError
+from ..logs import mask
 from . import killer
 from .base import (
     PROMPT_EVENTS,
@@ -46,6 +47,7 @@ from .spawn import Child, start_process
 log = logging.getLogger(__name__)
 
 STDERR_TAIL = 20
+TAIL_LINE_CHARS = 500  # a stderr line kept for the failure reply, cut after its secrets are masked
 TOOL_MODE = 0o0755  # rwxr-xr-x  shared runner tools, readable by every account
 MAX_LINE = 16 * 1024 * 1024  # an envelope (or event) longer than this is not one
 CHUNK = 256 * 1024
@@ -226,7 +228,7 @@ class CliRunHandle(RunHandle):
                     continue
                 event = _event(line)
                 if event is None:
-                    self._stderr_tail.append(line[:500])
+                    self._stderr_tail.append(mask(line)[:TAIL_LINE_CHARS])  # masked whole, then cut
                     continue
                 if event.type in PROMPT_EVENTS:
                     ident = event.data.get(_prompt_key(event.type))
@@ -241,7 +243,7 @@ class CliRunHandle(RunHandle):
                 elif event.type == "error":
                     message = event.data.get("message") or event.data.get("error")
                     if isinstance(message, str):
-                        self._stderr_tail.append(message[:500])
+                        self._stderr_tail.append(mask(message)[:TAIL_LINE_CHARS])
                 await self._events.put(event)
         finally:
             # the end is told even when the queue is full (or this task is cancelled while
