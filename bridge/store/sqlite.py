@@ -192,6 +192,12 @@ _ROLE_BY_KIND = {
 }
 
 
+def _checkpoint_truncate(conn: sqlite3.Connection) -> None:
+    busy, _frames, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    if busy:
+        log.info("a checkpoint was held up by a reader; the write-ahead log empties later")
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
@@ -501,6 +507,9 @@ class SqliteStore(Store):
             log.warning("store %s: journal_mode is %s, not wal", self.path, mode)
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
+        # what is deleted or overwritten (a typed secret, redacted) is zeroed in the file,
+        # not left in a free page an operator's copy of bridge.db would still hold
+        conn.execute("PRAGMA secure_delete = ON")
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
@@ -803,6 +812,11 @@ class SqliteStore(Store):
             conn.execute("UPDATE inbox SET text = ? WHERE id = ?", (text, message_id))
 
         await self._tx(work)
+        # The old text is still in the write-ahead log (bridge.db-wal, which the operator
+        # group reads) until a checkpoint: copied into the file (where secure_delete zeroes
+        # it) and the log emptied now. Best effort: a reader holding an old snapshot keeps
+        # the log until the next checkpoint.
+        await self._call(_checkpoint_truncate)
 
     # -- conversations ------------------------------------------------------------------------
     async def conversation(self, conversation_id: int) -> ConversationRecord | None:
