@@ -493,7 +493,10 @@ def _archive_view(args: argparse.Namespace, settings: CoreSettings) -> int:
                         "leave out --idle-days to archive it anyway"
                     )
                 rows = [{"threadKey": conv.thread_key, "archived": True}]
-                rows[0].update((await ops.archive(conv, prov.root)).as_dict())
+                # idle is asked again under the home's lock: a message since the check above
+                # (the gateway runs meanwhile) keeps the home
+                since = time.time() - idle_days * 86400 if idle_days is not None else None
+                rows[0].update((await ops.archive(conv, prov.root, idle_since=since)).as_dict())
             else:
                 idle_days = _sweep_days(args, settings)
                 rows = await ops.archive_idle(prov.root, idle_days)
