@@ -190,8 +190,17 @@ def _telegram_patterns(path: str, query: str) -> LinkPatterns | None:
             (f"telegram:{chat}", f"telegram:{chat}:*"),
             first=(f"telegram:{chat}:{parts[2]}",),
         )
-    if len(parts) >= 2:  # public @username link: the chat id is not in it
-        return LinkPatterns("telegram", (f"telegram:@{parts[0]}*",))
+    if len(parts) >= 2:  # a public chat's link: its @username, not its id (_username_key)
+        chat = f"@{parts[0].lower()}"
+        if len(parts) >= 3:  # /<name>/<topic>/<message>
+            return LinkPatterns("telegram", (f"telegram:{chat}:{parts[1]}",))
+        if topic.isdigit():
+            return LinkPatterns("telegram", (f"telegram:{chat}:{topic}", f"telegram:{chat}"))
+        return LinkPatterns(
+            "telegram",
+            (f"telegram:{chat}", f"telegram:{chat}:*"),
+            first=(f"telegram:{chat}:{parts[1]}",),
+        )
     return None
 
 
@@ -216,12 +225,30 @@ def _moved_key(conv: ConversationRecord) -> str | None:
     return f"telegram:{chat}{sep}{topic}"
 
 
+def _username_key(conv: ConversationRecord) -> str | None:
+    """A public Telegram chat's links name it by its @username, not its id: the key the
+    conversation has under the username its latest message came with."""
+    if conv.platform != "telegram":
+        return None
+    name = conv.target.get("chat_username")
+    if not isinstance(name, str) or not name:
+        return None
+    _platform, _, rest = conv.thread_key.partition(":")
+    _first, sep, topic = rest.partition(":")
+    return f"telegram:@{name}{sep}{topic}"
+
+
 def _by_pattern(pattern: str, conversations: list[ConversationRecord]) -> list[ConversationRecord]:
-    """The conversations ``pattern`` matches: by their own key, else by a moved chat's."""
+    """The conversations ``pattern`` matches: by their own key, else by a moved chat's, else
+    by a public chat's @username."""
     own = [c for c in conversations if _matches(pattern, c.thread_key)]
     if own:
         return own
-    return [c for c in conversations if (m := _moved_key(c)) is not None and _matches(pattern, m)]
+    for alias in (_moved_key, _username_key):
+        found = [c for c in conversations if (k := alias(c)) is not None and _matches(pattern, k)]
+        if found:
+            return found
+    return []
 
 
 def _home_names(ref: str) -> list[str]:

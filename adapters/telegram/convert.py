@@ -759,11 +759,13 @@ def to_inbound(
     if cleaned or files:
         text = cleaned
     topic = topic_id(message)
-    target: dict[str, int | bool] = {"chat_id": chat.id, "message_id": message.message_id}
+    target: dict[str, int | bool | str] = {"chat_id": chat.id, "message_id": message.message_id}
     if topic is not None:
         target["thread_id"] = topic
     if shared:
         target["shared"] = True
+    if chat.username:  # a public chat: its links (t.me/<name>/<message>) carry this, no id
+        target["chat_username"] = chat.username.lower()
     return Inbound(
         platform="telegram",
         event_id=f"{rules.bot_id}:{update_id}",
