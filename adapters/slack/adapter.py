@@ -53,6 +53,7 @@ PERSON_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
 CHECK_FILE_INFO = "check_file_info"  # a file sent with only its id: files.info has the rest
 THREAD_COMMANDS = re.compile(r"^\s*!(new|status|stop|help)(?=\s|$)", re.IGNORECASE)
 SLASH_COMMANDS = frozenset({"new", "status", "stop"})
+MAX_FORWARDS = 10  # forwarded/shared messages quoted into one prompt
 SLACK_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # U0123ABC, C0123ABC, T0123ABC, 1764669600.000100
 SLASH_HELP = (
     "Mention me in a channel to start a conversation in a thread; in the thread write "
@@ -95,27 +96,62 @@ def _attachments(event: dict[str, Any]) -> tuple[Attachment, ...]:
     files.info for the rest when the run downloads it (not here: the intake stays one
     store write before the ack)."""
     found = []
-    for f in event.get("files") or []:
+    files = event.get("files")  # a forwarded message's are not checked by the guard
+    for f in files if isinstance(files, list) else []:
         if not isinstance(f, dict):
             continue
         url = f.get("url_private_download") or f.get("url_private")
-        file_id = f.get("id")
-        if not url and f.get("file_access") == CHECK_FILE_INFO and isinstance(file_id, str):
+        file_id = f.get("id") if isinstance(f.get("id"), str) else None
+        if not url and f.get("file_access") == CHECK_FILE_INFO and file_id:
             found.append(Attachment(name=file_id, platform_id=file_id))
             continue
-        if not url:  # tombstoned, hidden by the plan's limit, or still processing
+        if not isinstance(url, str) or not url:  # tombstoned, hidden, or still processing
             continue
-        size = f.get("size")
+        size, media_type = f.get("size"), f.get("mimetype")
         found.append(
             Attachment(
-                name=str(f.get("name") or f.get("title") or f.get("id") or "file"),
-                url=str(url),
+                name=str(f.get("name") or f.get("title") or file_id or "file"),
+                url=url,
                 size=int(size) if isinstance(size, int) else None,
-                media_type=f.get("mimetype") or None,
-                platform_id=f.get("id"),
+                media_type=media_type if isinstance(media_type, str) and media_type else None,
+                platform_id=file_id,
             )
         )
     return tuple(found)
+
+
+def _shared(event: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages forwarded (or shared) in ``event``: Slack carries each as an attachment
+    marked ``is_share`` (or ``is_msg_unfurl``, a pasted message link), not in ``text``."""
+    found = []
+    for item in event.get("attachments") or []:
+        if isinstance(item, dict) and (item.get("is_share") or item.get("is_msg_unfurl")):
+            found.append(item)
+    return found[:MAX_FORWARDS]
+
+
+def _forwarded(shared: list[dict[str, Any]]) -> str:
+    """The forwarded messages as quotes for the prompt, each under who wrote it and where."""
+    parts = []
+    for item in shared:
+        body = _unescape(str(item.get("text") or item.get("fallback") or "")).strip()
+        author = item.get("author_name") or item.get("author_subname")
+        if not author and isinstance(item.get("author_id"), str):
+            author = f"<@{item['author_id']}>"
+        link = item.get("from_url") or item.get("original_url")
+        head = "Forwarded message" + (f" from {author}" if author else "")
+        head += f" ({link}):" if isinstance(link, str) and link else ":"
+        quoted = "\n".join(f"> {line}" for line in body.splitlines()) or "> (no text)"
+        parts.append(f"{head}\n{quoted}")
+    return "\n\n".join(parts)
+
+
+def _with_forwarded(text: str, shared: list[dict[str, Any]]) -> str:
+    """The person's own words, then what they forwarded (the request when they wrote none)."""
+    quoted = _forwarded(shared)
+    if not quoted:
+        return text
+    return f"{text}\n\n{quoted}" if text else quoted
 
 
 class SlackAdapter:
@@ -360,8 +396,9 @@ class SlackAdapter:
             )
             self._count("denied")
             return None
-        attachments = _attachments(event)
-        text = _text(raw_text, bot)
+        shared = _shared(event)
+        attachments = _attachments(event) + tuple(a for item in shared for a in _attachments(item))
+        text = _with_forwarded(_text(raw_text, bot), shared)
         if not text and not attachments:
             text = "/help"
         # the message, not the event: one message can come as two events with ids of their
