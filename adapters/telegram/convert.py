@@ -622,6 +622,12 @@ def attachments(message: Message) -> tuple[Attachment, ...]:
     return tuple(found)
 
 
+def _merged(first: Sequence[Attachment], more: Sequence[Attachment]) -> tuple[Attachment, ...]:
+    """``first`` then the files of ``more`` that are not among them already."""
+    known = {a.platform_id for a in first}
+    return (*first, *(a for a in more if a.platform_id not in known))
+
+
 def _file(media: Any, name: str, media_type: str | None) -> Attachment:
     """One file of a message (any of the Bot API's file objects) as an Attachment."""
     return Attachment(
@@ -693,6 +699,38 @@ def without_mentions(text: str, bot_username: str) -> str:
     return joined
 
 
+def replied_context(message: Message, rules: Rules) -> Message | None:
+    """The message this one replies to when the agent cannot know it otherwise: a
+    colleague's log line under "@bot what does this mean?", a photo under "what is this?".
+
+    Not the bot's own answer (it is in the conversation's history) unless a part of it was
+    quoted, and not the opening of a forum topic (every topic message "replies" to it).
+    """
+    reply = message.reply_to_message
+    if reply is None or reply.forum_topic_created is not None:
+        return None
+    if reply.from_user is not None and reply.from_user.id == rules.bot_id and not message.quote:
+        return None
+    return reply
+
+
+def _author(message: Message) -> str:
+    if message.from_user is not None:
+        return display_name(message.from_user)
+    if message.sender_chat is not None:
+        return message.sender_chat.effective_name or str(message.sender_chat.id)
+    return "someone"
+
+
+def with_reply_context(text: str, message: Message, reply: Message) -> str:
+    """``text`` after the replied-to message, quoted (the part the person quoted, if any)."""
+    quoted = message.quote.text if message.quote else reply.text or reply.caption or ""
+    files = attachments(reply)
+    head = f"In reply to {_author(reply)}" + (" (its files are attached):" if files else ":")
+    lines = [head, *(f"> {line}" for line in quoted.splitlines())]
+    return "\n".join(lines) + (f"\n\n{text}" if text else "")
+
+
 def display_name(user: User) -> str:
     """How the chat shows a person (a message's sender, the presser of a Stop)."""
     return user.full_name or user.username or str(user.id)
@@ -756,7 +794,11 @@ def to_inbound(
     if not (addressed or _mentions_bot(message, rules) or _replies_to_bot(message, rules)):
         return Ignored("ignored", "a group message not addressed to the bot")
     cleaned = without_mentions(text, rules.bot_username)
-    if cleaned or files:
+    replied = replied_context(message, rules) if parse_command(cleaned) is None else None
+    if replied is not None:
+        text = with_reply_context(cleaned, message, replied)
+        files = _merged(files, attachments(replied))
+    elif cleaned or files:
         text = cleaned
     topic = topic_id(message)
     target: dict[str, int | bool | str] = {"chat_id": chat.id, "message_id": message.message_id}

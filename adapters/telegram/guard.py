@@ -30,6 +30,7 @@ FILE: dict[str, Spec] = {
 }
 PHOTO: dict[str, Spec] = {**FILE, "width": int, "height": int}
 VIDEO: dict[str, Spec] = {**PHOTO, "duration": int}
+QUOTE: dict[str, Spec] = {"text": str}  # the part of the replied-to message quoted
 MESSAGE: dict[str, Spec] = {
     "message_id": int,
     "date": int,
@@ -47,6 +48,8 @@ MESSAGE: dict[str, Spec] = {
     "video": VIDEO,
     "media_group_id": str,
     "photo": [PHOTO],
+    "quote": QUOTE,
+    "sender_chat": CHAT,
 }
 MESSAGE["reply_to_message"] = MESSAGE  # bounded by MAX_DEPTH
 CALLBACK: dict[str, Spec] = {
@@ -69,6 +72,7 @@ REQUIRED: dict[int, frozenset[str]] = {
     id(UPDATE): frozenset({"update_id"}),
     id(MESSAGE): frozenset({"message_id", "chat"}),
     id(CHAT): frozenset({"id", "type"}),
+    id(QUOTE): frozenset({"text"}),
     id(USER): frozenset({"id"}),
     id(CALLBACK): frozenset({"id", "from"}),
 }
