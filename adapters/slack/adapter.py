@@ -90,6 +90,51 @@ def _unescape(raw: str) -> str:
     return raw.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
+def _escape(plain: str) -> str:
+    return plain.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _blocks_text(blocks: Any) -> str:
+    """A message's rich-text blocks as Slack's escaped ``text`` would read: the words when
+    ``text`` came empty (the blocks are what the person wrote), mentions as ``<@U…>``."""
+    lines = []
+    for block in blocks if isinstance(blocks, list) else []:
+        if isinstance(block, dict) and block.get("type") == "rich_text":
+            lines += [_rich_line(part) for part in _list(block.get("elements"))]
+    return "\n".join(line for line in lines if line)
+
+
+def _rich_line(part: Any) -> str:
+    """One section, list, quote or code block of a rich-text block."""
+    if not isinstance(part, dict):
+        return ""
+    if part.get("type") == "rich_text_list":  # its items are sections
+        return "\n".join(_rich_line(item) for item in _list(part.get("elements")))
+    return "".join(_rich_element(e) for e in _list(part.get("elements")))
+
+
+def _rich_element(element: Any) -> str:
+    e = _obj(element)
+    kind, value = e.get("type"), e.get("text")
+    if kind == "text" and isinstance(value, str):
+        return _escape(value)
+    if kind == "link" and isinstance(e.get("url"), str):
+        return f"<{e['url']}|{_escape(value)}>" if isinstance(value, str) else f"<{e['url']}>"
+    if kind in ("user", "channel", "usergroup"):
+        ref = e.get("user_id") or e.get("channel_id") or e.get("usergroup_id")
+        sigil = {"user": "@", "channel": "#", "usergroup": "!subteam^"}[str(kind)]
+        return f"<{sigil}{ref}>" if isinstance(ref, str) else ""
+    if kind == "emoji" and isinstance(e.get("name"), str):
+        return f":{e['name']}:"
+    if kind == "broadcast" and isinstance(e.get("range"), str):
+        return f"<!{e['range']}>"
+    return ""
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _attachments(event: dict[str, Any]) -> tuple[Attachment, ...]:
     """The message's files. One Slack sends as ``"file_access": "check_file_info"`` (Slack
     Connect, some DMs) has only its id: it is kept with no URL, and the surface asks
@@ -362,7 +407,8 @@ class SlackAdapter:
         ids = [user, channel, ts] + [v for v in (team, user_team, thread_ts) if v]
         if not all(isinstance(v, str) and SLACK_ID.match(v) for v in ids):
             return self._ignore("a user, channel, team or ts that is not a Slack id")
-        raw_text = str(event.get("text") or "")
+        # a message's text is its blocks' when Slack sent only those (text empty)
+        raw_text = str(event.get("text") or "") or _blocks_text(event.get("blocks"))
         # an app_mention carries no channel_type: a DM is also told by its channel id, or a
         # mention in a DM, taken before its message.im twin, was keyed as a thread of its own
         is_dm = event.get("channel_type") == "im" or channel.startswith("D")
