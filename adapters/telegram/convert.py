@@ -619,7 +619,33 @@ def attachments(message: Message) -> tuple[Attachment, ...]:
     if (clip := message.video) is not None:
         name = clip.file_name or f"video-{clip.file_unique_id}.mp4"
         found.append(_file(clip, name, clip.mime_type or "video/mp4"))
+    if (note := message.video_note) is not None:  # a round video message
+        found.append(_file(note, f"video-note-{note.file_unique_id}.mp4", "video/mp4"))
     return tuple(found)
+
+
+def described(message: Message) -> str:
+    """What a message that is neither text nor a file holds, as text the agent can read
+    (a shared location, a place, a contact, a poll, a sticker, a dice roll); "" for none.
+
+    Dropped, these left the person who sent one in a private chat hearing nothing at all.
+    """
+    if (venue := message.venue) is not None:
+        where = f"{venue.location.latitude}, {venue.location.longitude}"
+        return f"[Shared a place: {venue.title}, {venue.address} ({where})]"
+    if (loc := message.location) is not None:
+        return f"[Shared a location: {loc.latitude}, {loc.longitude}]"
+    if (contact := message.contact) is not None:
+        name = " ".join(n for n in (contact.first_name, contact.last_name) if n)
+        return f"[Shared a contact: {name}, {contact.phone_number}]"
+    if (poll := message.poll) is not None:
+        options = "".join(f"\n- {option.text}" for option in poll.options)
+        return f"[Poll: {poll.question}]{options}"
+    if (sticker := message.sticker) is not None:
+        return f"[Sticker {sticker.emoji or ''}]".replace(" ]", "]")
+    if (dice := message.dice) is not None:
+        return f"[Rolled {dice.emoji}: {dice.value}]"
+    return ""
 
 
 def _merged(first: Sequence[Attachment], more: Sequence[Attachment]) -> tuple[Attachment, ...]:
@@ -769,7 +795,7 @@ def to_inbound(
     first = chat.id if keyed_on is None else keyed_on
     if not rules.user_allowed(user, chat.id, chat.username, keyed_on):
         return Ignored("denied", f"user {user.id} in chat {chat.id} is not on the allowlist")
-    text = message.text or message.caption or ""
+    text = message.text or message.caption or described(message)
     files = attachments(message)
     if not text.strip() and not files:
         return Ignored("ignored", "no text and no file (a service message)")

@@ -30,6 +30,13 @@ FILE: dict[str, Spec] = {
 }
 PHOTO: dict[str, Spec] = {**FILE, "width": int, "height": int}
 VIDEO: dict[str, Spec] = {**PHOTO, "duration": int}
+NUMBER = (int, float)
+LOCATION: dict[str, Spec] = {"latitude": NUMBER, "longitude": NUMBER}
+VENUE: dict[str, Spec] = {"location": LOCATION, "title": str, "address": str}
+CONTACT: dict[str, Spec] = {"phone_number": str, "first_name": str, "last_name": str}
+POLL: dict[str, Spec] = {"question": str, "options": [{"text": str}]}
+STICKER: dict[str, Spec] = {**PHOTO, "emoji": str}
+DICE: dict[str, Spec] = {"emoji": str, "value": int}
 QUOTE: dict[str, Spec] = {"text": str}  # the part of the replied-to message quoted
 MESSAGE: dict[str, Spec] = {
     "message_id": int,
@@ -49,6 +56,13 @@ MESSAGE: dict[str, Spec] = {
     "media_group_id": str,
     "photo": [PHOTO],
     "quote": QUOTE,
+    "video_note": FILE,
+    "location": LOCATION,
+    "venue": VENUE,
+    "contact": CONTACT,
+    "poll": POLL,
+    "sticker": STICKER,
+    "dice": DICE,
     "sender_chat": CHAT,
 }
 MESSAGE["reply_to_message"] = MESSAGE  # bounded by MAX_DEPTH
@@ -73,6 +87,11 @@ REQUIRED: dict[int, frozenset[str]] = {
     id(MESSAGE): frozenset({"message_id", "chat"}),
     id(CHAT): frozenset({"id", "type"}),
     id(QUOTE): frozenset({"text"}),
+    id(LOCATION): frozenset({"latitude", "longitude"}),
+    id(VENUE): frozenset({"location", "title", "address"}),
+    id(CONTACT): frozenset({"phone_number", "first_name"}),
+    id(POLL): frozenset({"question", "options"}),
+    id(DICE): frozenset({"emoji", "value"}),
     id(USER): frozenset({"id"}),
     id(CALLBACK): frozenset({"id", "from"}),
 }
