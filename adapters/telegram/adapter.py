@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import logging
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from aiohttp import web
 from telegram import BotCommand, CallbackQuery, Message, Update
 from telegram.error import Conflict, InvalidToken, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder
+from telegram.warnings import PTBUserWarning
 
 from bridge import rules
 from bridge.errors import AdapterError
@@ -86,6 +88,7 @@ class TelegramAdapter:
         self._error: str | None = None
         self._addressed_albums: OrderedDict[str, None] = OrderedDict()  # see ALBUMS_KEPT
         self._moves: ChatMoves | None = None  # groups upgraded to supergroups (moves.py)
+        self._unreadable: dict[int, str] = {}  # polled updates PTB cannot build (_get_updates)
 
     @property
     def surface(self) -> TelegramSurface:
@@ -416,11 +419,7 @@ class TelegramAdapter:
         backoff = 1.0
         while not self._stopping:
             try:
-                updates = await self.bot.get_updates(
-                    offset=offset,
-                    timeout=self.settings.poll_timeout_s,
-                    allowed_updates=ALLOWED_UPDATES,
-                )
+                updates = await self._get_updates(offset)
             except InvalidToken as exc:
                 self._error = f"telegram.token was refused: {exc}"
                 log.error("telegram: %s; polling stops", self._error)
@@ -451,6 +450,49 @@ class TelegramAdapter:
                 return  # shutting down: the offset stays, Telegram keeps the update
             if len(done) < len(updates):
                 await asyncio.sleep(backoff)  # a failed write: fetched again after a pause
+
+    async def _get_updates(self, offset: int | None) -> Sequence[Update]:
+        """One ``getUpdates`` batch. PTB builds the batch as a whole, and one update it cannot
+        build (a poll from a Bot API server older than its own, say) failed the batch, every
+        time it was fetched again: polling stopped for good. Such a batch is fetched again
+        as JSON and built one update at a time; an update that cannot be built stands in as
+        its bare id, passed by ``_well_formed`` (logged and counted), so the offset moves on.
+        """
+        try:
+            return await self.bot.get_updates(
+                offset=offset, timeout=self.settings.poll_timeout_s, allowed_updates=ALLOWED_UPDATES
+            )
+        except (TelegramError, OSError):
+            raise
+        except Exception as exc:  # a parse failure: the updates are Telegram's still
+            log.warning("telegram: a polled update cannot be read (%s); reading each alone", exc)
+        with warnings.catch_warnings():  # PTB's "use Bot.get_updates": this is its fallback
+            warnings.simplefilter("ignore", PTBUserWarning)
+            raw = await self.bot.do_api_request(
+                "getUpdates",
+                api_kwargs={"offset": offset, "timeout": 0, "allowed_updates": ALLOWED_UPDATES},
+            )
+        items = raw if isinstance(raw, list) else []
+        return [
+            self._built(item)
+            for item in items
+            if isinstance(item, dict) and type(item.get("update_id")) is int
+        ]
+
+    def _built(self, data: dict[str, Any]) -> Update:
+        """The update PTB builds of ``data``, or its bare id noted as unreadable."""
+        problem = guard.problem(data)
+        if problem is None:
+            try:
+                update = Update.de_json(data, self.bot)
+            except Exception as exc:  # whatever PTB raises is the input's
+                problem = f"python-telegram-bot cannot read it ({exc})"
+            else:
+                if update is not None:
+                    return update
+                problem = "empty"
+        self._unreadable[data["update_id"]] = problem
+        return Update(update_id=data["update_id"])
 
     async def _process_batch(self, updates: Sequence[Update]) -> tuple[list[Update], bool]:
         """Persist one ``getUpdates`` batch; the updates done in order, and whether refused.
@@ -513,7 +555,9 @@ class TelegramAdapter:
         """The webhook's check (guard.problem) for a polled update: one it would refuse with
         a 400 (a lone surrogate no store can keep, say) is logged, counted and passed."""
         try:
-            problem = guard.problem(update.to_dict())
+            problem = self._unreadable.pop(update.update_id, None) or guard.problem(
+                update.to_dict()
+            )
         except Exception as exc:  # what PTB made of it cannot be read back: not an update
             problem = f"cannot be read back ({exc!r})"
         if problem is None:
