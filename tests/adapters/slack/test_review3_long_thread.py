@@ -13,29 +13,30 @@ Web API (its conversations.replies paged as Slack pages it); pauses shortened, w
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from fake_slack_api import FakeSlackApi
-from slack_sdk.web.async_client import AsyncWebClient
 from slack_support import APP_TOKEN, BOT_TOKEN
+from unclear_post_support import (
+    CHANNEL,
+    THREAD_TS,
+    deliver_within,
+    landed,
+    one_answer,
+    shorten_pauses,
+    slack_surface,
+)
 
-from adapters.slack import surface as slack_surface
+from adapters.slack import surface as slack_surface_module
 from adapters.slack.surface import LOOKUP_PAGES, SlackSurface
-from bridge import delivery
-from bridge.delivery import Deliverer
 from bridge.metrics import Metrics
-from bridge.model import Inbound, Outgoing, ReplyKind, ReplyTarget
-from bridge.store import NewReply, SqliteStore
+from bridge.store import SqliteStore
 
-CHANNEL, THREAD_TS, TEAM = "C0CHAN0001", "1764669600.000100", "T0TEAM0001"
 PAGE = 200
-OUTCOME_S = 20
 WEEK_S = 7 * 24 * 3600
 
 
@@ -64,9 +65,8 @@ class PagedSlack(FakeSlackApi):
 
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(delivery, "MAX_BACKOFF_S", 0.001)
-    monkeypatch.setattr(delivery, "SLOW_BACKOFF_S", 0.01)
-    monkeypatch.setattr(slack_surface, "IN_FLIGHT_GRACE_S", 0.5)
+    shorten_pauses(monkeypatch)
+    monkeypatch.setattr(slack_surface_module, "IN_FLIGHT_GRACE_S", 0.5)
 
 
 @pytest.fixture
@@ -87,14 +87,8 @@ async def fake() -> AsyncIterator[FakeSlackApi]:
 
 @pytest.fixture
 async def surface(fake: FakeSlackApi) -> AsyncIterator[SlackSurface]:
-    client = AsyncWebClient(token=BOT_TOKEN, base_url=fake.api_url, retry_handlers=[])
-    async with aiohttp.ClientSession() as session:
-        client.session = session
-        s = SlackSurface(client, BOT_TOKEN, api_url=fake.api_url, max_file_bytes=1024)
-        try:
-            yield s
-        finally:
-            await s.close()
+    async with slack_surface(fake) as s:
+        yield s
 
 
 async def test_an_unclear_post_in_a_long_thread_is_found_not_posted_twice(
@@ -106,36 +100,16 @@ async def test_an_unclear_post_in_a_long_thread_is_found_not_posted_twice(
         earlier = {"type": "message", "ts": ts, "thread_ts": THREAD_TS, "text": f"earlier {i}"}
         fake.messages.setdefault(CHANNEL, []).append(earlier)
     fake.fail("chat.postMessage", "drop", commit=True)  # posted; the answer never came
-    key = f"slack:{TEAM}:{CHANNEL}:{THREAD_TS}"
-    msg, _ = await store.accept(
-        Inbound(platform="slack", event_id="Ev1", thread_key=key, sender_id="U1", text="hi"),
-        home="slack-home",
-        is_command=False,
-    )
-    target = ReplyTarget(
-        surface="slack",
-        thread_key=key,
-        context={"team": TEAM, "channel": CHANNEL, "thread_ts": THREAD_TS},
-    )
-    answer = Outgoing(ReplyKind.ANSWER, "the answer of a long run")
-    (rec,) = await store.add_replies(
-        [NewReply(f"answer:{msg.id}:0", msg.conversation_id, answer, target)]
-    )
+    rec = await one_answer(store)
     metrics = Metrics()
-    deliverer = Deliverer(store, {"slack": surface}, metrics, lambda _: None)
-    task = asyncio.ensure_future(deliverer.deliver([rec]))
-    done, _ = await asyncio.wait({task}, timeout=OUTCOME_S)
-    deliverer.closing = True
-    if not done:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    landed = [m for m in fake.thread(CHANNEL, THREAD_TS) if "long run" in str(m["text"])]
+    await deliver_within(store, surface, rec, metrics)
+    copies = landed(fake)
     confirmed = metrics.registry.get_sample_value(
         "jazz_bridge_replies_total", {"surface": "slack", "result": "confirmed"}
     )
-    assert len(landed) == 1, (
+    assert len(copies) == 1, (
         f"the answer landed though its post's answer was lost, in a thread of "
-        f"{len(fake.thread(CHANNEL, THREAD_TS))} messages: it was posted {len(landed)} times "
+        f"{len(fake.thread(CHANNEL, THREAD_TS))} messages: it was posted {len(copies)} times "
         f"(found by the search: {confirmed or 0:.0f})"
     )
     assert confirmed == 1

@@ -16,26 +16,25 @@ Web API; the deliverer's pauses are shortened and the wait for the outcome is bo
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from fake_slack_api import FakeSlackApi
-from slack_sdk.web.async_client import AsyncWebClient
 from slack_support import APP_TOKEN, BOT_TOKEN
+from unclear_post_support import (
+    deliver_within,
+    landed,
+    one_answer,
+    shorten_pauses,
+    slack_surface,
+)
 
 from adapters.slack.surface import SlackSurface
-from bridge import delivery
-from bridge.delivery import Deliverer
 from bridge.metrics import Metrics
-from bridge.model import Inbound, Outgoing, ReplyKind, ReplyState, ReplyTarget
-from bridge.store import NewReply, SqliteStore
-
-CHANNEL, THREAD_TS, TEAM = "C0CHAN0001", "1764669600.000100", "T0TEAM0001"
-OUTCOME_S = 20  # the deliverer's (shortened) tries all end well within this
+from bridge.model import ReplyState
+from bridge.store import SqliteStore
 
 
 class NoHistorySlack(FakeSlackApi):
@@ -50,8 +49,7 @@ class NoHistorySlack(FakeSlackApi):
 
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(delivery, "MAX_BACKOFF_S", 0.001)
-    monkeypatch.setattr(delivery, "SLOW_BACKOFF_S", 0.01)
+    shorten_pauses(monkeypatch)
 
 
 @pytest.fixture
@@ -72,48 +70,22 @@ async def fake() -> AsyncIterator[FakeSlackApi]:
 
 @pytest.fixture
 async def surface(fake: FakeSlackApi) -> AsyncIterator[SlackSurface]:
-    client = AsyncWebClient(token=BOT_TOKEN, base_url=fake.api_url, retry_handlers=[])
-    async with aiohttp.ClientSession() as session:
-        client.session = session
-        s = SlackSurface(client, BOT_TOKEN, api_url=fake.api_url, max_file_bytes=1024)
-        try:
-            yield s
-        finally:
-            await s.close()
+    async with slack_surface(fake) as s:
+        yield s
 
 
 async def test_an_unclear_post_is_sent_again_when_slack_refuses_the_search(
     store: SqliteStore, fake: FakeSlackApi, surface: SlackSurface
 ) -> None:
     fake.fail("chat.postMessage", "drop")  # the first post: dropped before Slack posts it
-    key = f"slack:{TEAM}:{CHANNEL}:{THREAD_TS}"
-    msg, _ = await store.accept(
-        Inbound(platform="slack", event_id="Ev1", thread_key=key, sender_id="U1", text="hi"),
-        home="slack-home",
-        is_command=False,
-    )
-    target = ReplyTarget(
-        surface="slack",
-        thread_key=key,
-        context={"team": TEAM, "channel": CHANNEL, "thread_ts": THREAD_TS},
-    )
-    answer = Outgoing(ReplyKind.ANSWER, "the answer of a long run")
-    (rec,) = await store.add_replies(
-        [NewReply(f"answer:{msg.id}:0", msg.conversation_id, answer, target)]
-    )
-    deliverer = Deliverer(store, {"slack": surface}, Metrics(), lambda _: None)
-    task = asyncio.ensure_future(deliverer.deliver([rec]))
-    done, _ = await asyncio.wait({task}, timeout=OUTCOME_S)
-    deliverer.closing = True
-    if not done:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    landed = [m for m in fake.thread(CHANNEL, THREAD_TS) if "long run" in str(m["text"])]
+    rec = await one_answer(store)
+    await deliver_within(store, surface, rec, Metrics())
+    copies = landed(fake)
     final = await store.get_reply(rec.id)
     assert final is not None
-    assert len(landed) == 1, (
+    assert len(copies) == 1, (
         f"the first post was dropped (nothing landed) and Slack refused the search "
-        f"(missing_scope): the answer was posted {len(landed)} times, its reply is "
+        f"(missing_scope): the answer was posted {len(copies)} times, its reply is "
         f"{final.state.value} ({final.last_error})"
     )
     assert final.state is ReplyState.SENT

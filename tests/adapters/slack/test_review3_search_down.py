@@ -15,31 +15,29 @@ Web API; the deliverer's pauses are shortened and the wait for the outcome is bo
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 from fake_slack_api import FakeSlackApi
-from slack_sdk.web.async_client import AsyncWebClient
-from slack_support import BOT_TOKEN
+from unclear_post_support import (
+    OUTCOME_S,
+    deliver_within,
+    landed,
+    one_answer,
+    shorten_pauses,
+    slack_surface,
+)
 
 from adapters.slack.surface import SlackSurface
-from bridge import delivery
-from bridge.delivery import Deliverer
 from bridge.metrics import Metrics
-from bridge.model import Inbound, Outgoing, ReplyKind, ReplyState, ReplyTarget
-from bridge.store import NewReply, SqliteStore
-
-CHANNEL, THREAD_TS, TEAM = "C0CHAN0001", "1764669600.000100", "T0TEAM0001"
-OUTCOME_S = 20  # the deliverer's (shortened) tries all end well within this
+from bridge.model import ReplyState
+from bridge.store import SqliteStore
 
 
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(delivery, "MAX_BACKOFF_S", 0.001)
-    monkeypatch.setattr(delivery, "SLOW_BACKOFF_S", 0.01)
+    shorten_pauses(monkeypatch)
 
 
 @pytest.fixture
@@ -52,14 +50,8 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
 
 @pytest.fixture
 async def surface(fake: FakeSlackApi) -> AsyncIterator[SlackSurface]:
-    client = AsyncWebClient(token=BOT_TOKEN, base_url=fake.api_url, retry_handlers=[])
-    async with aiohttp.ClientSession() as session:
-        client.session = session
-        s = SlackSurface(client, BOT_TOKEN, api_url=fake.api_url, max_file_bytes=1024)
-        try:
-            yield s
-        finally:
-            await s.close()
+    async with slack_surface(fake) as s:
+        yield s
 
 
 async def test_the_last_try_posts_when_the_search_keeps_failing(
@@ -67,36 +59,15 @@ async def test_the_last_try_posts_when_the_search_keeps_failing(
 ) -> None:
     fake.fail("chat.postMessage", "drop")  # the first post: dropped before Slack posts it
     fake.fail("conversations.replies", "5xx", times=1_000_000)  # the search: down throughout
-    key = f"slack:{TEAM}:{CHANNEL}:{THREAD_TS}"
-    msg, _ = await store.accept(
-        Inbound(platform="slack", event_id="Ev1", thread_key=key, sender_id="U1", text="hi"),
-        home="slack-home",
-        is_command=False,
-    )
-    target = ReplyTarget(
-        surface="slack",
-        thread_key=key,
-        context={"team": TEAM, "channel": CHANNEL, "thread_ts": THREAD_TS},
-    )
-    answer = Outgoing(ReplyKind.ANSWER, "the answer of a long run")
-    (rec,) = await store.add_replies(
-        [NewReply(f"answer:{msg.id}:0", msg.conversation_id, answer, target)]
-    )
-    metrics = Metrics()
-    deliverer = Deliverer(store, {"slack": surface}, metrics, lambda _: None)
-    task = asyncio.ensure_future(deliverer.deliver([rec]))
-    done, _ = await asyncio.wait({task}, timeout=OUTCOME_S)
-    deliverer.closing = True
-    if not done:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    landed = [m for m in fake.thread(CHANNEL, THREAD_TS) if "long run" in str(m["text"])]
+    rec = await one_answer(store)
+    await deliver_within(store, surface, rec, Metrics())
+    copies = landed(fake)
     final = await store.get_reply(rec.id)
     assert final is not None
     tries = [c.status for c in fake.calls if c.method == "chat.postMessage"]
-    assert len(landed) == 1, (
+    assert len(copies) == 1, (
         f"the search failed on every try and the core's last try was to post anyway: the "
-        f"answer was posted {len(landed)} times in {OUTCOME_S}s (chat.postMessage "
+        f"answer was posted {len(copies)} times in {OUTCOME_S}s (chat.postMessage "
         f"statuses {tries}; the reply is {final.state.value}, after {final.attempts} tries)"
     )
     assert final.state is ReplyState.SENT
