@@ -23,7 +23,12 @@ directory swapped for a link mid-walk) gives every directory and every regular f
 by the gateway's uid to ``account:O``: directories keep their owner and group bits, lose
 "other" and gain setgid (as any directory made in an isolated home: new files land in O);
 files keep their owner and group bits and lose "other" and setuid/setgid
-(``modes.HANDOVER_*``). The home directory itself is the caller's (its exact table mode).
+(``modes.HANDOVER_*``). Under Jazz's own record directories (``history``, ``memory``,
+``agents``: ``modes.HANDOVER_GROUP_READABLE``) the group also gets the owner's read and
+search bits, as the isolated umask would have given them, so operators (group O) can read
+the conversation's past for support; elsewhere nothing is widened, since a ``0600`` there
+may be a program's own choice (an SSH key). The home directory itself is the caller's (its
+exact table mode).
 Left as they are: anything owned by another uid; symbolic links (their owner grants
 nothing on Linux, so they are not touched at all); a regular file with more than one link,
 logged by name (a run as root could have hard-linked ``/etc/shadow`` into the home: handing
@@ -46,10 +51,12 @@ from .modes import (
     HANDOVER_DIR_ADD,
     HANDOVER_DIR_DROP,
     HANDOVER_FILE_DROP,
+    HANDOVER_GROUP_READABLE,
     HANDOVER_MARKER,
     HANDOVER_MARKER_MODE,
     PRIVATE_DIR_MODE,
     REPAIR_MARKER,
+    group_reads_like_owner,
 )
 from .walk import CHANGED, SKIPPED, UNCHANGED, TreeWalk, WalkReport, drop_marker
 
@@ -174,6 +181,8 @@ class _HandoverWalk(TreeWalk):
             self.report.skipped += 1  # another account's: left as it is, walked into
             return
         mode = (stat.S_IMODE(st.st_mode) & ~HANDOVER_DIR_DROP) | HANDOVER_DIR_ADD
+        if self._records(where):
+            mode = group_reads_like_owner(mode)
         try:
             os.fchown(fd, self.uid, self.gid)  # before the mode (chown may clear setgid)
             os.fchmod(fd, mode)
@@ -198,6 +207,8 @@ class _HandoverWalk(TreeWalk):
             )
             return SKIPPED
         mode = stat.S_IMODE(st.st_mode) & ~HANDOVER_FILE_DROP
+        if self._records(where):
+            mode = group_reads_like_owner(mode)
         try:
             if not pinned.chown_entry(dir_fd, name, self.uid, self.gid, mode, st):
                 return SKIPPED  # swapped, linked or gone since it was listed
@@ -206,6 +217,12 @@ class _HandoverWalk(TreeWalk):
             return UNCHANGED
         self.result.handed_over += 1
         return CHANGED
+
+    def _records(self, where: str) -> bool:
+        """Whether ``where`` (a directory's path) is in one of Jazz's record directories."""
+        if not where.startswith(self.home + "/"):
+            return False
+        return where[len(self.home) + 1 :].split("/", 1)[0] in HANDOVER_GROUP_READABLE
 
     def not_regular(self, dir_fd: int, entry: os.DirEntry[str], where: str) -> None:
         try:

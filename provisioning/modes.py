@@ -41,6 +41,20 @@ SPECIAL_EXEC_BITS = stat.S_ISUID | stat.S_ISGID  # setuid/setgid, stripped from 
 HANDOVER_FILE_DROP = OTHER_BITS | SPECIAL_EXEC_BITS  # 06007  ss-------rwx  (file: conv:O)
 HANDOVER_DIR_DROP = OTHER_BITS  # 00007  ------rwx  (directory: conv:O)
 HANDOVER_DIR_ADD = stat.S_ISGID  # 02000  setgid, as in any isolated home: files land conv:O
+# Jazz's own records, which operators read for support: in these top-level directories of a
+# handed-over home the group also gets the owner's read and search bits, as the runs'
+# isolated umask (027) would have left them. Made under the single-account umask (077),
+# they were owner-only by the umask, not by choice. Elsewhere (workspace, gnupg, XDG dirs,
+# password-store) a 0600 may be a program's own (an SSH key): never widened there.
+HANDOVER_GROUP_READABLE = frozenset({"history", "memory", "agents"})
+OWNER_READ_SEARCH = stat.S_IRUSR | stat.S_IXUSR  # 00500  r-x------, copied to the group
+
+
+def group_reads_like_owner(mode: int) -> int:
+    """``mode`` with the group's read and search bits set where the owner has them
+    (``0600`` -> ``0640``, ``0700`` -> ``0750``); write is never given."""
+    return mode | ((mode & OWNER_READ_SEARCH) >> 3)
+
 
 # The directories every home has, besides gnupg and the personas link.
 HOME_SUBDIRS: tuple[str, ...] = (

@@ -128,13 +128,27 @@ def test_everything_the_gateway_left_changes_hands_with_exact_modes(
     open_dir = mkdir(h / "workspace" / "open", 0o777)
     deep = write(open_dir / "a" / "b" / "c" / "leaf", 0o604)
     secret_key = write(h / "gnupg" / "private-keys-v1.d" / "k.key", 0o600)
+    ssh_key = write(h / "workspace" / ".ssh" / "id_ed25519", 0o600)
+    memory = write(h / "memory" / "notes" / "facts.md", 0o600)
+    notes_dir = h / "memory" / "notes"
+    os.chmod(notes_dir, 0o700)
+    agent = write(h / "agents" / "default" / "agent.json", 0o644)
+    run_script = write(h / "history" / "run.sh", 0o700)
     caplog.set_level(logging.INFO, logger="provisioning.handover")
 
     home = isolate(info, registry)
     uid, own_gid, op_gid = home.account.uid, home.account.gid, info.operator_gid
     assert (owner(h), mode(h)) == ((uid, op_gid), 0o2750)
     expected = {
-        transcript: 0o600,
+        # Jazz's records: the group reads them as under the isolated umask (027) ...
+        transcript: 0o640,
+        memory: 0o640,
+        notes_dir: 0o2750,
+        agent: 0o640,
+        run_script: 0o750,
+        # ... elsewhere a 0600 may be a program's choice: never widened
+        ssh_key: 0o600,
+        h / "workspace" / ".ssh": 0o2750,  # made 0755 by mkdir under root's umask 022
         loose: 0o660,
         group_read: 0o640,
         tool: 0o750,
@@ -282,7 +296,8 @@ def test_a_handover_with_failures_is_finished_by_the_next_ensure(
 
     subprocess.run(["chattr", "-i", str(stuck)], check=True)
     isolate(info, registry)
-    assert (owner(stuck), mode(stuck)) == ((uid, info.operator_gid), 0o600)
+    # a transcript: the operators' group reads it, as under the isolated umask
+    assert (owner(stuck), mode(stuck)) == ((uid, info.operator_gid), 0o640)
     assert not (trial.path / HANDOVER_MARKER).exists()
 
 
