@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import re
 import secrets
@@ -21,6 +22,8 @@ from provisioning.errors import UnsafePathError
 from provisioning.homes import Home
 from provisioning.modes import HOME_SUBDIR_MODE, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
 
+log = logging.getLogger(__name__)
+
 ATTACHMENT_FILE_MODE = 0o0640  # rw-r-----  conv:O, like the files Jazz writes in a setgid home
 ATTACHMENTS_DIR = "attachments"
 MAX_ARTIFACT_BYTES = 50 * 1024 * 1024
@@ -29,6 +32,7 @@ ATTACHMENT_NAME_BYTES = 180  # the cleaned name; with "<n>-<message id>-" well u
 EXTENSION_BYTES = 16  # a longer last part is no extension: truncating keeps it no more
 NAME_TRIES = 100  # "<n>-<message id>-<name>" candidates before a save gives up
 PARTIAL_PREFIX = ".partial-"  # a file being written; linked to its real name once complete
+_PARTIAL_NAME = re.compile(re.escape(PARTIAL_PREFIX) + r"[0-9]+-[0-9a-f]{16}")  # exactly ours
 _KEPT = frozenset("._-")
 _RUNS = re.compile(r"_+")
 
@@ -68,6 +72,7 @@ def save_attachment(home: Home, message_id: int, name: str, data: bytes) -> str:
     The file is written under a hidden ``.partial-`` name and linked to its real name only
     once complete (a full disk or quota leaves no truncated file looking like the person's);
     an existing name, the person's earlier file or one the agent wrote, is never replaced.
+    The partials an earlier save left when the gateway was killed mid-write go first.
     """
     uid = home.account.uid
     gid = home.operator_gid
@@ -81,6 +86,7 @@ def save_attachment(home: Home, message_id: int, name: str, data: bytes) -> str:
         finally:
             os.close(ws)
         try:
+            _remove_dead_partials(att)
             partial = f"{PARTIAL_PREFIX}{message_id}-{secrets.token_hex(8)}"
             try:
                 _write_new(att, partial, data, uid, gid, file_mode)
@@ -91,6 +97,34 @@ def save_attachment(home: Home, message_id: int, name: str, data: bytes) -> str:
         finally:
             os.close(att)
     return str(home.path / "workspace" / ATTACHMENTS_DIR / candidate)
+
+
+def _remove_dead_partials(dir_fd: int) -> None:
+    """Unlink the partials a save killed mid-write (kill -9, power loss) left in ``dir_fd``.
+
+    Every partial there is dead when a save begins: a root has one gateway (its instance
+    lock), which saves a conversation's attachments at turn time, one file after another,
+    in the conversation's one worker, before the run starts. Only regular files named
+    exactly as a save names them go, unlinked by name in the pinned directory (an unlink
+    follows no link); a link, directory or other name the agent made is left alone. Best
+    effort: a partial that cannot go never keeps the person's file out.
+    """
+    try:
+        names = os.listdir(dir_fd)
+    except OSError as exc:
+        log.warning("cannot list the attachments for leftover partial files: %s", exc)
+        return
+    for name in names:
+        if not _PARTIAL_NAME.fullmatch(name):
+            continue
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode):
+                os.unlink(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("cannot remove the leftover partial file %s: %s", name, exc)
 
 
 def _write_new(dir_fd: int, name: str, data: bytes, uid: int, gid: int, mode: int) -> None:
