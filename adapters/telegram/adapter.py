@@ -501,7 +501,10 @@ class TelegramAdapter:
         (the store's group commit) instead of one disk flush each. Their order is kept:
         ``submit`` queues each write in call order before its first pause, and the tasks
         start in batch order. A button press is a barrier: the messages before it are
-        persisted before it is handled, as when the batch is taken one at a time.
+        persisted before it is handled, as when the batch is taken one at a time. So is a
+        group's upgrade to a supergroup: the messages behind it, from the new id, are read
+        once the move is noted (or they were refused by an allowlist naming the old id, or
+        started a new conversation).
         The offset may pass only the leading updates that are done: after the first one
         that the store failed to take, the rest are fetched again (duplicates of the ones
         already in the inbox are dropped by their update_id). An update that could never
@@ -513,8 +516,8 @@ class TelegramAdapter:
         i = 0
         while i < len(updates):
             j = i + 1
-            if updates[i].callback_query is None:
-                while j < len(updates) and updates[j].callback_query is None:
+            if not _barrier(updates[i]):
+                while j < len(updates) and not _barrier(updates[j]):
                     j += 1
             chunk = updates[i:j]
             outcomes = await asyncio.gather(
@@ -594,3 +597,11 @@ class TelegramAdapter:
             written = value
             with contextlib.suppress(TimeoutError):  # a pace, ended early by stop()
                 await asyncio.wait_for(self._stopped.wait(), OFFSET_HINT_EVERY_S)
+
+
+def _barrier(update: Update) -> bool:
+    """Whether ``update`` is handled alone in a polled batch (see ``_process_batch``)."""
+    message = update.message
+    return update.callback_query is not None or (
+        message is not None and bool(message.migrate_to_chat_id or message.migrate_from_chat_id)
+    )
