@@ -194,12 +194,16 @@ def _pack_dir(
             st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             continue
+        except OSError as exc:  # its directory listable but not searchable (chmod 0400)
+            raise _unreadable(arc, exc) from exc
         if stat.S_ISDIR(st.st_mode):
             try:
                 child = pinned.open_dir(entry, dir_fd)
             except (ProvisioningError, FileNotFoundError):
                 skipped.append(arc)  # swapped for a link or removed while we looked
                 continue
+            except OSError as exc:  # chmod 000 by its owner, when the gateway is not root
+                raise _unreadable(arc, exc) from exc
             try:
                 tar.addfile(_dir_info(arc, child))
                 count += 1 + _pack_dir(tar, child, arc, skipped, depth + 1, owner)
@@ -208,7 +212,11 @@ def _pack_dir(
         elif stat.S_ISREG(st.st_mode):
             try:
                 fd = os.open(entry, FILE_FLAGS, dir_fd=dir_fd)
-            except OSError:
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOENT):
+                    # unreadable (chmod 000 by its owner, when the gateway is not root):
+                    # skipped, it would be deleted with the home, in no tarball
+                    raise _unreadable(arc, exc) from exc
                 skipped.append(arc)  # a link now (ELOOP) or gone
                 continue
             with os.fdopen(fd, "rb") as fh:
@@ -238,6 +246,13 @@ def _pack_dir(
         else:  # sockets, FIFOs, devices: nothing a home needs back
             skipped.append(arc)
     return count
+
+
+def _unreadable(arc: str, exc: OSError) -> ArchiveError:
+    return ArchiveError(
+        f"cannot read {arc} ({exc.strerror or exc}); the home was not archived and is left as "
+        "it is: make it readable by the gateway's account (or remove it), then archive again"
+    )
 
 
 def _dir_info(arcname: str, fd: int) -> tarfile.TarInfo:
