@@ -23,6 +23,11 @@ failed at once; neither is silently dropped: both are logged and counted. A rate
 failure carrying a retry-after) is a refusal, not a failed attempt: nothing was posted, so
 it neither uses up the attempt budget nor puts the reply in doubt; a storm of them is
 waited out for up to ``MAX_RATE_LIMITED_S`` in all.
+A chat that takes no more messages (:class:`~bridge.ports.ChatGone`: the bot blocked or
+removed) is remembered: that conversation's later replies are given up without another
+call to the platform, and the core is told (``on_gone``) so that it drops the messages the
+chat still had queued, until a new message from the chat shows it is reachable again
+(:meth:`Deliverer.reachable`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import functools
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
@@ -41,7 +47,7 @@ from provisioning.errors import UnsafePathError
 from .files import read_in_home
 from .metrics import Metrics
 from .model import Outgoing, ReplyKind, ReplyState
-from .ports import ConfirmsDelivery, DeliveryError, Surface
+from .ports import ChatGone, ConfirmsDelivery, DeliveryError, Surface
 from .store import ReplyRecord, Store, StoreRetry
 
 log = logging.getLogger(__name__)
@@ -52,6 +58,7 @@ SLOW_BACKOFF_S = 300.0
 PATIENCE_S = 3600.0  # transient failures are retried until a reply is this old
 MAX_RATE_LIMITED_S = 900.0  # waiting out a platform's rate limits, per reply, at most
 DONE_MEMORY = 100_000
+GONE_MEMORY = 10_000  # chats known to take no more messages (oldest forgotten first)
 
 
 class Deliverer:
@@ -62,8 +69,10 @@ class Deliverer:
         metrics: Metrics,
         home_path: Callable[[int], Path | None],
         retry: StoreRetry | None = None,
+        on_gone: Callable[[int, str], None] | None = None,
     ) -> None:
         self.store = store
+        self.on_gone = on_gone
         self.retry = retry or StoreRetry()
         self.surfaces = surfaces
         self.metrics = metrics
@@ -72,12 +81,36 @@ class Deliverer:
         # dropped when none do, or every conversation ever answered kept one
         self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
         self._done: set[int] = set()  # delivered in this process (guards a repeated call)
+        # conversation -> why its chat takes no more messages (see the module docstring)
+        self._gone: OrderedDict[int, str] = OrderedDict()
         self.closing = False
 
     @property
     def conversations_in_order(self) -> int:
         """Conversations with replies on their way (each holds a lock while it has)."""
         return len(self._locks)
+
+    def reachable(self, conversation_id: int) -> None:
+        """The chat wrote again (the bot unblocked, added back): its replies go out again."""
+        if self._gone.pop(conversation_id, None) is not None:
+            log.info("conversation %d: its chat is reachable again", conversation_id)
+
+    def _chat_gone(self, rec: ReplyRecord, exc: ChatGone) -> None:
+        why = str(exc)
+        first = rec.conversation_id not in self._gone
+        self._gone[rec.conversation_id] = why
+        self._gone.move_to_end(rec.conversation_id)
+        while len(self._gone) > GONE_MEMORY:
+            self._gone.popitem(last=False)
+        if first:
+            log.warning(
+                "%s takes no more of the bot's messages (%s): its later replies and "
+                "queued messages are given up until it writes again",
+                rec.target.thread_key,
+                why,
+            )
+            if self.on_gone is not None:
+                self.on_gone(rec.conversation_id, why)
 
     @contextlib.asynccontextmanager
     async def _in_order(self, conversation_id: int) -> AsyncIterator[None]:
@@ -136,6 +169,18 @@ class Deliverer:
                 rec.target.surface,
             )
             return False
+        gone = self._gone.get(rec.conversation_id)
+        if gone is not None:  # no call: the platform would refuse it as the last one was
+            log.info(
+                "reply %d to %s not sent: its chat takes no more messages",
+                rec.id,
+                rec.target.thread_key,
+            )
+            self.metrics.replies.labels(rec.target.surface, "failed").inc()
+            await self._mark(
+                rec, ReplyState.FAILED, error=f"the chat takes no more messages ({gone})"
+            )
+            return False
         confirms = surface.capabilities.confirm_delivery and isinstance(surface, ConfirmsDelivery)
         doubt = in_doubt or rec.attempts > 0
         attempt = rec.attempts
@@ -176,6 +221,8 @@ class Deliverer:
                     self._maybe_twice(rec, blind)
                     if exc.permanent or self._patience_over(rec, attempt):
                         await self._failed(rec, str(exc))
+                        if isinstance(exc, ChatGone):
+                            self._chat_gone(rec, exc)
                         return False
                     delay = self._backoff(rec, attempt, exc)
             except (OSError, TimeoutError) as exc:

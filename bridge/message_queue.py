@@ -61,6 +61,14 @@ class MessageQueue:
         self._forget(msg)
         return msg
 
+    def drain(self) -> list[MessageRecord]:
+        """Remove and return every entry, in queue order."""
+        taken = list(self._items)
+        self._items.clear()
+        self._albums.clear()
+        self._extra = 0
+        return taken
+
     def take_album(self, key: AlbumKey) -> list[MessageRecord]:
         """Remove and return every queued part of ``key``'s album, in queue order."""
         if key not in self._albums:

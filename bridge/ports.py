@@ -51,6 +51,17 @@ class DeliveryError(BridgeError):
         self.retry_after = retry_after
 
 
+class ChatGone(DeliveryError):
+    """The chat takes no more of the bot's messages: the person blocked the bot, it was
+    removed from the group, the channel was archived or deleted (permanent).
+
+    Typed, so the core can drop what that chat still had queued: no one would read the
+    answers of those runs. A new message from the chat shows it is reachable again."""
+
+    def __init__(self, message: str):
+        super().__init__(message, permanent=True)
+
+
 class FileTooLarge(DeliveryError):
     """An attached file over a size limit, the gateway's or the platform's (permanent).
 

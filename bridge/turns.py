@@ -191,7 +191,9 @@ class Engine:
         # one retry for every write an acknowledged message is owed (a full disk is waited
         # out); stopping ends its pauses and its retrying
         self._retry = StoreRetry()
-        self.deliverer = Deliverer(store, self.surfaces, metrics, self._home_path, self._retry)
+        self.deliverer = Deliverer(
+            store, self.surfaces, metrics, self._home_path, self._retry, on_gone=self._chat_gone
+        )
         # a conversation's slot lives while it has work (a run, a queue, a finished run's
         # leftovers to wait for); its home, and its home's name, are remembered a while longer
         self._slots: dict[int, ConversationSlot] = {}
@@ -475,6 +477,7 @@ class Engine:
             self.metrics.messages.labels(inbound.platform, "duplicate").inc()
             return SubmitResult(SubmitStatus.DUPLICATE, record.id)
         self.metrics.messages.labels(inbound.platform, "accepted").inc()
+        self.deliverer.reachable(record.conversation_id)  # it wrote: it can be answered
         _remember(self._home_names, record.conversation_id, home)
         if self.started:
             if fresh_question:
@@ -548,6 +551,29 @@ class Engine:
         if slot.worker is None or slot.worker.done():
             slot.worker = asyncio.create_task(
                 self._work(msg.conversation_id), name=f"conversation-{msg.conversation_id}"
+            )
+
+    def _chat_gone(self, conversation_id: int, why: str) -> None:
+        """The conversation's chat takes no more messages (the bot blocked or removed): what
+        it still had queued is not run, since no one would read the answers. Each is closed
+        as failed with a reply that says why (recorded; the deliverer does not send it)."""
+        slot = self._slots.get(conversation_id)
+        if slot is None or not slot.queue:
+            return
+        dropped = slot.queue.drain()
+        self.metrics.queue_depth.dec(len(dropped))
+        slot.told = False
+        log.warning(
+            "conversation %d: %d queued message(s) not run: the chat takes no more messages",
+            conversation_id,
+            len(dropped),
+        )
+        for msg in dropped:
+            self.metrics.messages.labels(msg.platform, "unreachable").inc()
+            text = f"⛔ Not run: this chat takes no more of the bot's messages ({why})."
+            self._spawn(
+                self._finish_message(msg, InboxState.FAILED, "unreachable", text),
+                f"unreachable-{msg.id}",
             )
 
     def _queued_text(self, run: ActiveRun, msg: MessageRecord, place: int) -> str:

@@ -48,7 +48,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bridge.markdown import code_span
 from bridge.model import Attachment, Outgoing, ReplyKind, ReplyTarget
-from bridge.ports import Capabilities, DeliveryError, FileTooLarge
+from bridge.ports import Capabilities, ChatGone, DeliveryError, FileTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,8 @@ EDIT_RETRY_S = 1.0
 # a refusal for good (channel_not_found, restricted_action_read_only_channel, token_expired,
 # cannot_reply_to_message, ...): retried, a reply would hold its thread's later replies for
 # the deliverer's whole patience (an hour) for nothing
+# the channel takes no more of the bot's posts: archived, deleted, or the bot removed from it
+GONE_ERRORS = frozenset({"channel_not_found", "is_archived", "not_in_channel"})
 TRANSIENT_ERRORS = frozenset(
     {
         "internal_error",
@@ -116,6 +118,8 @@ def slack_error(exc: Exception, what: str) -> DeliveryError:
         retry_after = retry_after_of(exc)
         if retry_after is not None:
             return DeliveryError(f"{what}: rate limited", retry_after=retry_after)
+        if code in GONE_ERRORS:
+            return ChatGone(f"{what}: {code}")
         return DeliveryError(
             f"{what}: {code or f'HTTP {status}'}",
             # a 5xx (or a transient code) may pass; a 4xx, or any other code, will not

@@ -60,7 +60,7 @@ from telegram.error import (
 from telegram.warnings import PTBDeprecationWarning
 
 from bridge.model import Attachment, Choice, Outgoing, ReplyKind, ReplyTarget
-from bridge.ports import Capabilities, DeliveryError, FileTooLarge
+from bridge.ports import Capabilities, ChatGone, DeliveryError, FileTooLarge
 
 from . import convert
 
@@ -73,6 +73,7 @@ MAX_PARTIAL = 1000  # replies whose parts are remembered across retries
 GROUP_PACE_FACTOR = 3  # a group chat (id < 0) is paced 3x a private one: ~20 a minute
 MAX_MIGRATED = 10_000  # groups remembered as upgraded to a supergroup (old id -> new id)
 MAX_UPLOAD_MB = 50  # what a bot may send (a self-hosted Bot API server takes more)
+GONE_CHAT = "chat not found"  # a 400's description: the chat (or group) was deleted
 TOO_LARGE = "entity too large"  # HTTP 413's phrase, or Telegram's own description of it
 PHOTO_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
 
@@ -264,7 +265,11 @@ class TelegramSurface:
             return DeliveryError(
                 f"Telegram flood control: retry in {seconds:g}s", retry_after=seconds
             )
-        if isinstance(exc, Forbidden | InvalidToken | ChatMigrated | BadRequest):
+        if isinstance(exc, Forbidden) or (
+            isinstance(exc, BadRequest) and GONE_CHAT in exc.message.lower()
+        ):  # 403: the bot was blocked, removed from the group; 400: the chat was deleted
+            return ChatGone(f"Telegram refused: {exc}")
+        if isinstance(exc, InvalidToken | ChatMigrated | BadRequest):
             return DeliveryError(f"Telegram refused: {exc}", permanent=True)
         if isinstance(exc, NetworkError):
             return DeliveryError(f"Telegram unreachable: {exc}")

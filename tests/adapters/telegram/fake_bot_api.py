@@ -150,7 +150,14 @@ class FakeBotApi:
                 "description": "Bad Request: can't parse entities: unsupported start tag",
             }
             self.failures.append(Failure(method, 400, body, when))
-        elif kind == "forbidden":  # permanent: no retry gets it through
+        elif kind == "button_data":  # permanent, for this message only (its buttons)
+            body = {
+                "ok": False,
+                "error_code": 400,
+                "description": "Bad Request: BUTTON_DATA_INVALID",
+            }
+            self.failures.append(Failure(method, 400, body, when))
+        elif kind == "forbidden":  # permanent, for the whole chat: the bot was blocked
             body = {
                 "ok": False,
                 "error_code": 403,

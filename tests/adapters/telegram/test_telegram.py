@@ -273,9 +273,9 @@ async def test_callbacks_only_the_requester_approves_and_every_query_is_answered
 async def test_a_prompt_telegram_refuses_to_show_is_declined_not_waited_on(
     env: dict[str, str], fake: FakeBotApi
 ) -> None:
-    """The approval message is refused for good (403): nobody can answer it, so the agent
+    """The approval message is refused for good (400): nobody can answer it, so the agent
     hears "declined" at once instead of waiting (its timeout paused) with the chat held."""
-    fake.fail_next("sendMessage", "forbidden", when=lambda p: "Approval needed" in p["text"])
+    fake.fail_next("sendMessage", "button_data", when=lambda p: "Approval needed" in p["text"])
     async with running_gateway(env) as (app, _client):
         ask = update(730000400, private_chat(ADA), ADA, "!approve bash")
         assert await post(app.port, ask) == 200
