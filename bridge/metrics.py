@@ -21,7 +21,8 @@ class Metrics:
         self.messages = Counter(
             "jazz_bridge_messages",
             "Inbound messages by platform and outcome (accepted, duplicate, denied, ignored, "
-            "malformed: signed or with the secret, but not a shape the platform sends).",
+            "malformed: signed or with the secret, but not a shape the platform sends; "
+            "unreachable: accepted, then not run as its chat takes no more of the bot's messages).",
             ["platform", "outcome"],
             registry=r,
         )
