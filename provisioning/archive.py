@@ -79,6 +79,7 @@ SPARSE_DIR = "GNUSparseFile.0"  # GNU tar's header name for a sparse member (the
 MAX_PACK_DEPTH = 512  # directory levels below the home; a deeper home is not archived
 STAGING_SUFFIX_CHARS = 8  # what tempfile.mkdtemp/mkstemp put after a staging prefix
 TMP_SUFFIX = ".tmp"  # a tarball being written (archive/.<name>.XXXXXXXX.tmp)
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a tarball that cannot be written whole
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # a restored file's mode: never setuid or setgid. Root restores with each member's owner, so
 # an archive from elsewhere could put a root-owned setuid file, or a setgid one of the
@@ -507,9 +508,15 @@ def archive_home(
                     raw.flush()
                     os.fsync(raw.fileno())
                 os.replace(tmp, target)
-            except BaseException:
+            except BaseException as exc:
                 with _quiet():
                     os.unlink(tmp)
+                if isinstance(exc, OSError) and exc.filename is None and exc.errno in NO_ROOM:
+                    # a write to the tarball: say which, so which disk is full
+                    raise OSError(
+                        exc.errno,
+                        f"{exc.strerror}: no room to write {target}; the home is left as it is",
+                    ) from exc
                 raise
             os.fsync(dir_fd)
         finally:
