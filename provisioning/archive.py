@@ -492,6 +492,7 @@ def archive_home(
         dir_fd = _archive_dir(root)
         try:
             _remove_crashed_archives(layout, name)
+            _remove_crashed_deletes(layout, name)
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=TMP_SUFFIX, dir=layout.archive)
             try:
                 os.fchown(fd, -1, root.operator_gid)
@@ -544,7 +545,7 @@ def _remove_packed(layout: Layout, name: str, home: Path) -> None:
     while its files sat in a tarball nothing restores; now a failed delete leaves only a
     hidden directory, named in a warning.
     """
-    trash = Path(tempfile.mkdtemp(prefix=f".archived-{name}.", dir=layout.chats))
+    trash = Path(tempfile.mkdtemp(prefix=_trash_prefix(name), dir=layout.chats))
     os.rename(home, trash / name)
     fsync_dir(layout.chats)
     try:
@@ -726,6 +727,7 @@ def restore_home(root: RootInfo, name: str) -> ArchiveResult:
         if not source.is_file():
             raise ArchiveError(f"no archive of {name} at {source}")
         _remove_crashed_restores(layout, name)
+        _remove_crashed_deletes(layout, name)
         staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(name), dir=layout.chats))
         try:
             with pinned.opened_dir(staging) as staging_fd:
@@ -770,17 +772,31 @@ def _staging_prefix(name: str) -> str:
     return f".restore-{name}."
 
 
+def _trash_prefix(name: str) -> str:
+    return f".archived-{name}."
+
+
 def _remove_crashed_restores(layout: Layout, name: str) -> None:
     """Delete what restores of ``name`` cut off by a crash left: their staging directories,
     partial copies of the home nothing else would ever remove. The caller holds the home's
     lock, so none of them is in use; another home's (whose name may start with this one's)
     has a longer name than :data:`STAGING_SUFFIX_CHARS` after the prefix."""
-    prefix = _staging_prefix(name)
+    _remove_leftovers(layout, _staging_prefix(name), f"restoring {name}", "a restore cut off")
+
+
+def _remove_crashed_deletes(layout: Layout, name: str) -> None:
+    """Delete the packed copies of ``name`` that archivings cut off while deleting them
+    (Ctrl-C, a crash) left hidden in ``chats/`` (see :func:`_remove_packed`): their tarball
+    was whole before the home was moved there. The caller holds the home's lock."""
+    _remove_leftovers(layout, _trash_prefix(name), name, "an archiving cut off")
+
+
+def _remove_leftovers(layout: Layout, prefix: str, what: str, cause: str) -> None:
     for entry in os.listdir(layout.chats):
         rest = entry[len(prefix) :]
         if not entry.startswith(prefix) or len(rest) != STAGING_SUFFIX_CHARS:
             continue
-        log.warning("restoring %s: removing %s, left by a restore cut off", name, entry)
+        log.warning("%s: removing %s, left by %s", what, entry, cause)
         shutil.rmtree(layout.chats / entry, ignore_errors=True)  # fd-based: follows no link
 
 
