@@ -71,6 +71,24 @@ def _not_blank_path(value: Any) -> Any:
     if isinstance(value, str) and not value.strip():
         # Path("") is ".": the working directory would become the gateway's root
         raise ValueError("is empty: name a directory, or leave the key out for the default")
+    return _no_tilde(value)
+
+
+def _not_blank_file(value: Any) -> Any:
+    if isinstance(value, str) and not value.strip():
+        # Path("") is ".", a directory: an unset variable would leave the gateway unlogged
+        raise ValueError("is empty: name a file, or leave the key out for no log file")
+    return _no_tilde(value)
+
+
+def _no_tilde(value: Any) -> Any:
+    """Nothing expands ``~`` here (TOML, a unit's Environment=): ``~/jazz`` would be a
+    directory named ``~`` in the working directory."""
+    if isinstance(value, str | os.PathLike) and os.fspath(value).startswith("~"):
+        raise ValueError(
+            "starts with '~', which is not expanded here (it would name a directory '~' in "
+            "the working directory): give the full path, e.g. /srv/jazz-bridge"
+        )
     return value
 
 
@@ -91,8 +109,10 @@ def _http_url(value: str) -> str:
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
 # a bearer token people set by hand: never empty nor short (SecretStr, printed masked)
 Token = Annotated[SecretStr, AfterValidator(_not_blank_token)]
-# a directory setting: never empty
+# a directory setting: never empty, never ~/...
 DirPath = Annotated[Path, BeforeValidator(_not_blank_path)]
+# a file setting: never empty (the working directory), never ~/...
+FilePath = Annotated[Path, BeforeValidator(_not_blank_file)]
 
 
 class Section(BaseModel):
@@ -147,7 +167,7 @@ class LogSettings(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # "auto": JSON lines when stderr is not a terminal (journald, containers), text on one
     format: Literal["auto", "json", "text"] = "auto"
-    file: Path | None = None
+    file: FilePath | None = None
     max_bytes: int = Field(default=10 * 1024 * 1024, ge=4096)
     backups: int = Field(default=3, ge=0)
 
