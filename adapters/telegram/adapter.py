@@ -52,6 +52,7 @@ ALBUMS_KEPT = 1024
 OFFSET_HINT_EVERY_S = 1.0  # the stored polling offset (a restart hint) at most once a second
 # what holds the polling offset back: a write that may succeed when the update is fetched again
 RETRIED_FAILURES: tuple[type[BaseException], ...] = (StoreError, OSError)
+SETTLE_GRACE_S = 1.0  # at shutdown, for the edits of pressed messages still under way
 
 
 class TelegramAdapter:
@@ -89,6 +90,7 @@ class TelegramAdapter:
         self._addressed_albums: OrderedDict[str, None] = OrderedDict()  # see ALBUMS_KEPT
         self._moves: ChatMoves | None = None  # groups upgraded to supergroups (moves.py)
         self._unreadable: dict[int, str] = {}  # polled updates PTB cannot build (_get_updates)
+        self._settles: set[asyncio.Task[None]] = set()  # polled presses' edits (_on_callback)
 
     @property
     def surface(self) -> TelegramSurface:
@@ -194,6 +196,11 @@ class TelegramAdapter:
             self._offset_writer = None
 
     async def shutdown(self) -> None:
+        if self._settles:  # pressed messages' edits need the bot's connection too
+            await asyncio.wait(self._settles, timeout=SETTLE_GRACE_S)
+            for task in self._settles:
+                task.cancel()
+            await asyncio.gather(*self._settles, return_exceptions=True)
         await self._surface.close()  # its held edits need the bot's connection
         if self._initialized:
             self._initialized = False
@@ -340,6 +347,8 @@ class TelegramAdapter:
 
         The answer goes first: the button spins until it arrives, and the edit waits for
         the chat's pace (seconds in a group) and may be slow or fail; neither delays it.
+        A polled press's edit goes on in the background: the rest of its batch, every
+        chat's messages, waited for it (up to the client's timeout on a slow Telegram).
         """
         assert self.rules is not None
         user = query.from_user
@@ -377,12 +386,24 @@ class TelegramAdapter:
                 )
             except TelegramError as exc:
                 log.info("telegram: answerCallbackQuery failed: %s", exc)
-        if pressed is not None:
-            message, data, result = pressed
-            try:
-                await self._settle(message, data, result.status, result.resolved)
-            except Exception:  # the press is handled and answered; only its message is stale
-                log.exception("telegram: could not update the message of press %s", query.id)
+        if pressed is None:
+            return
+        settle = self._settle_press(query.id, *pressed)
+        if self.mode != "polling":
+            await settle  # only this update's 200 waits for it
+            return
+        # polled, the batch behind the press (every chat's messages) would wait for the edit
+        task = asyncio.create_task(settle, name=f"telegram-settle-{query.id}")
+        self._settles.add(task)
+        task.add_done_callback(self._settles.discard)
+
+    async def _settle_press(
+        self, query_id: str, message: Message, data: str, result: PressResult
+    ) -> None:
+        try:
+            await self._settle(message, data, result.status, result.resolved)
+        except Exception:  # the press is handled and answered; only its message is stale
+            log.exception("telegram: could not update the message of press %s", query_id)
 
     async def _settle(
         self, message: Message, data: str, status: PressStatus, resolved: Any
