@@ -98,7 +98,8 @@ def root_isolated(settings: CoreSettings, layout: Layout) -> bool:
     and ``on`` refuses to start without the means, so only ``auto`` looks at the map."""
     if settings.isolation != "auto":
         return settings.isolation == "on"
-    return resolve_isolation(settings.isolation) or layout.uid_map.exists()
+    # os.path: an outsider may not look into state/ (Path.exists raises for that)
+    return resolve_isolation(settings.isolation) or os.path.exists(layout.uid_map)
 
 
 def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]:
@@ -121,11 +122,23 @@ def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]
         )
         gid = -1
     isolated = root_isolated(settings, layout)
+    try:
+        entries = os.listdir(layout.chats)
+    except PermissionError:
+        # chats/ is listable by the gateway and its operators only: every home unseen here
+        # is a home not checked, which must not pass as all well
+        entries = []
+        checks.append(Check(False, f"homes in {layout.chats} readable", _outsider_fix(gid)))
+    except OSError:
+        entries = []  # missing: the chats check above says so
+    homes = sorted(e for e in entries if naming.is_home_name(e))
     accounts: dict[str, dict[str, object]] = {}
     try:
         accounts = _uid_map_entries(json.loads(layout.uid_map.read_text()))
+    except PermissionError:
+        pass  # an outsider: named by the check above
     except (OSError, ValueError):
-        if isolated and layout.chats.exists() and any(layout.chats.iterdir()):
+        if isolated and entries:
             checks.append(
                 Check(
                     False,
@@ -133,10 +146,6 @@ def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]
                     "jazz-bridge repair rebuilds it from the homes",
                 )
             )
-    try:
-        homes = sorted(e for e in os.listdir(layout.chats) if naming.is_home_name(e))
-    except OSError:
-        homes = []
     for name in homes:
         path = layout.chats / name
         st = os.lstat(path)
@@ -175,6 +184,18 @@ def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]
                 )
             )
     return checks + runner_checks(settings, runner_command, isolated)
+
+
+def _outsider_fix(gid: int) -> str:
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except (KeyError, OverflowError):
+        group = str(gid)
+    return (
+        f"doctor runs as uid {os.geteuid()}, which may not read them: run it as the gateway's "
+        f"account or as a member of the operator group {group} (usermod -aG {group} $USER, "
+        f"then log in again or run newgrp {group})"
+    )
 
 
 def runner_checks(settings: CoreSettings, runner_command: list[str], isolated: bool) -> list[Check]:
