@@ -59,7 +59,8 @@ SLASH_HELP = (
     "Mention me in a channel to start a conversation in a thread; in the thread write "
     "`!new`, `!status`, `!stop` or `!help` (Slack has no slash commands in threads). "
     "`/jazz new|status|stop` in a channel acts on its most recently active conversation "
-    "(in a DM, on the DM's own); `/jazz help` shows this."
+    "(in a DM, on the DM's own), and `/jazz new <message>` starts the fresh one with it; "
+    "`/jazz help` shows this."
 )
 
 
@@ -563,10 +564,14 @@ class SlackAdapter:
     # -- the /jazz slash command --------------------------------------------------------------
 
     async def _on_command(self, ack: Any, body: dict[str, Any]) -> BoltResponse | None:
-        words = str(body.get("text") or "").split()
+        # Slack escapes &, < and > in a command's text as in a message's
+        words = _unescape(str(body.get("text") or "")).split(maxsplit=1)
         word = words[0].lower().lstrip("!/") if words else "help"
+        # "/jazz new <question>": the fresh conversation starts with it, as "!new <question>"
+        rest = words[1].strip() if len(words) > 1 and word == "new" else ""
         if word not in SLASH_COMMANDS:
-            await ack(SLASH_HELP if word == "help" else f"Unknown command `{word}`. {SLASH_HELP}")
+            unknown = f"Unknown command `{_escape(word)}`. {SLASH_HELP}"
+            await ack(SLASH_HELP if word == "help" else unknown)
             return None
         team, channel = str(body.get("team_id") or ""), str(body.get("channel_id") or "")
         user = str(body.get("user_id") or "")
@@ -594,7 +599,7 @@ class SlackAdapter:
             thread_key=key,
             sender_id=user,
             sender_name=f"<@{user}>",
-            text=f"/{word}",
+            text=f"/{word} {rest}" if rest else f"/{word}",
             shared_chat=not _is_dm(channel, body.get("channel_name")),
             is_operator=user in self._operators,
             target=target,
