@@ -28,7 +28,16 @@ from pathlib import Path
 
 from provisioning import naming
 from provisioning.layout import Layout
-from provisioning.modes import CHATS_MODE, HOME_MODE, PERSONAS_MODE, PRIVATE_DIR_MODE, ROOT_MODE
+from provisioning.modes import (
+    ARCHIVE_DIR_MODE,
+    CHATS_MODE,
+    HOME_MODE,
+    PERSONAS_MODE,
+    PRIVATE_DIR_MODE,
+    ROOT_MODE,
+    STATE_DIR_MODE,
+    TOOLS_DIR_MODE,
+)
 from provisioning.sandbox import DEFAULT_PATH, can_switch_users, resolve_isolation, setpriv_path
 
 from . import rules
@@ -67,7 +76,16 @@ def _mode_check(path: Path, want: int, label: str) -> Check:
     except FileNotFoundError:
         return Check(False, f"{label} {path} exists", "run jazz-bridge init")
     if stat.S_ISLNK(st.st_mode):
-        return Check(False, f"{label} {path} is not a link", f"replace the link {path}")
+        return Check(
+            False,
+            f"{label} {path} is not a link",
+            f"serve refuses a link there: put the directory itself at {path} (a bind mount "
+            "can keep it on another disk)",
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        return Check(
+            False, f"{label} {path} is a directory", "move it away, then run jazz-bridge init"
+        )
     mode = stat.S_IMODE(st.st_mode)
     return Check(
         mode == want, f"{label} {path} mode {mode:04o} (want {want:04o})", "run jazz-bridge repair"
@@ -107,6 +125,14 @@ def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]
     checks = [_mode_check(layout.root, ROOT_MODE, "root")]
     checks.append(_mode_check(layout.chats, CHATS_MODE, "chats"))
     checks.append(_mode_check(layout.personas, PERSONAS_MODE, "personas"))
+    # the rest of the root as serve takes it: a link or a file there and it will not start
+    checks.append(_mode_check(layout.state, STATE_DIR_MODE, "state"))
+    for path, want, label in (
+        (layout.archive, ARCHIVE_DIR_MODE, "archive"),
+        (layout.tools, TOOLS_DIR_MODE, "tools"),
+    ):
+        if os.path.lexists(path):  # else serve makes it
+            checks.append(_mode_check(path, want, label))
     try:
         gid = os.lstat(layout.root).st_gid
         group = grp.getgrgid(gid)
