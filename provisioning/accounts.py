@@ -222,6 +222,17 @@ class AccountRegistry:
             if not lo <= uid <= hi:
                 continue
             pw = _pw_by_uid(uid)
+            if pw is not None and not pw.pw_gecos.startswith(ACCOUNT_COMMENT):
+                # another account took the uid since (the conversation's own account was
+                # lost with /etc/passwd): never recorded as the conversation's; the home's
+                # own name is, and making it finds the uid taken ("never taken over")
+                log.warning(
+                    "home %s belongs to uid %d, now account %s, which is no conversation's",
+                    home,
+                    uid,
+                    pw.pw_name,
+                )
+                pw = None
             name = pw.pw_name if pw else self._free_name(home, taken=set())
             rebuilt[home] = {
                 "name": name,
