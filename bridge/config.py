@@ -16,9 +16,9 @@ import os
 import re
 import tomllib
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -42,7 +42,13 @@ from pydantic_settings import (
 )
 
 from .errors import ConfigError
-from .logs import SECRET_VALUES, is_secret_field, mask_url_credentials
+from .logs import (
+    SECRET_VALUES,
+    SecretMasker,
+    is_secret_field,
+    mask_url_credentials,
+    secret_values,
+)
 
 ENV_PREFIX = "JAZZ_BRIDGE_"
 CONFIG_ENV = "JAZZ_BRIDGE_CONFIG"
@@ -534,8 +540,21 @@ MASKED = "**********"  # how pydantic shows a SecretStr
 
 def effective_config(settings: CoreSettings) -> dict[str, Any]:
     """The effective configuration as JSON-able data, secrets masked: each ``SecretStr``,
-    every value of a field marked secret (``runner.extra_env``) and URLs' credentials."""
-    return _masked(settings, settings.model_dump(mode="json"))
+    every value of a field marked secret (``runner.extra_env``) and URLs' credentials; and
+    each of those secrets wherever else it appears (a bot token in the webhook's path), as
+    the log lines mask them."""
+    masker = SecretMasker(secret_values(settings))
+    return cast(
+        dict[str, Any], _mask_text(_masked(settings, settings.model_dump(mode="json")), masker.mask)
+    )
+
+
+def _mask_text(data: Any, mask: Callable[[str], str]) -> Any:
+    if isinstance(data, dict):
+        return {k: _mask_text(v, mask) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_mask_text(v, mask) for v in data]
+    return mask(data) if isinstance(data, str) else data
 
 
 def _masked(model: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
