@@ -52,6 +52,9 @@ TOOL_MODE = 0o0755  # rwxr-xr-x  shared runner tools, readable by every account
 MAX_LINE = 16 * 1024 * 1024  # an envelope (or event) longer than this is not one
 CHUNK = 256 * 1024
 MAX_QUEUED_EVENTS = 256  # progress events read ahead of the engine; then the runner waits
+# and as many bytes of them (one event up to MAX_LINE always passes): 256 events of up to
+# MAX_LINE each would be 4 GiB held for one run whose engine is busy
+MAX_QUEUED_BYTES = 16 * 1024 * 1024
 EXIT_POLL_S = 0.05  # how often an exit is looked for while a leftover child holds the pipes
 ANSWER_FRAMES = {
     "approval_decision": "toolCallId",
@@ -152,8 +155,13 @@ class CliRunHandle(RunHandle):
         self.grace = grace
         self.started = time.monotonic()
         # bounded: while the engine is busy (showing a prompt), a runner that keeps writing
-        # events waits on its full stderr pipe instead of growing the gateway's memory
-        self._events: asyncio.Queue[RunnerEvent | None] = asyncio.Queue(MAX_QUEUED_EVENTS)
+        # events waits on its full stderr pipe instead of growing the gateway's memory;
+        # each event is queued with its size, bounded in sum by MAX_QUEUED_BYTES
+        self._events: asyncio.Queue[tuple[RunnerEvent, int] | None] = asyncio.Queue(
+            MAX_QUEUED_EVENTS
+        )
+        self._queued_bytes = 0
+        self._room = asyncio.Event()  # set whenever the engine took an event
         self._events_ended = False
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._envelope: str | None = None
@@ -244,7 +252,12 @@ class CliRunHandle(RunHandle):
                     message = event.data.get("message") or event.data.get("error")
                     if isinstance(message, str):
                         self._stderr_tail.append(mask(message)[:TAIL_LINE_CHARS])
-                await self._events.put(event)
+                size = len(line)
+                while self._queued_bytes and self._queued_bytes + size > MAX_QUEUED_BYTES:
+                    self._room.clear()
+                    await self._room.wait()
+                self._queued_bytes += size
+                await self._events.put((event, size))
         finally:
             # the end is told even when the queue is full (or this task is cancelled while
             # it waits for room): events() also ends once it finds the queue empty after it
@@ -297,9 +310,12 @@ class CliRunHandle(RunHandle):
         while True:
             if self._events_ended and self._events.empty():
                 return
-            event = await self._events.get()
-            if event is None:
+            item = await self._events.get()
+            if item is None:
                 return
+            event, size = item
+            self._queued_bytes -= size
+            self._room.set()
             yield event
 
     async def answer(self, frame: dict[str, Any]) -> None:
