@@ -175,6 +175,35 @@ def build_env(
     return env
 
 
+PR_SET_DUMPABLE = 4
+
+
+@functools.lru_cache(maxsize=1)
+def hide_from_own_account() -> bool:
+    """Make this process (the gateway) not dumpable, once; whether that was done.
+
+    A run of the gateway's own account (single-account mode) shares its uid, and a process
+    may read the ``/proc/<pid>/environ`` (and memory) of every dumpable process of its uid:
+    the bot token in the gateway's environment would reach every run's agent. Not dumpable,
+    those files are root's. Runs are unaffected (``exec`` makes a process dumpable again),
+    and the gateway still reads its own ``/proc/self/fd`` (see :meth:`RunIdentity.popen_kwargs`).
+    A debugger of the same uid can no longer attach; root's still can.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        done = int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        done = False
+    if not done:
+        log.warning(
+            "could not make the gateway undumpable: runs of its own account can read its "
+            "environment in /proc"
+        )
+    return done
+
+
 SETPRIV_CANDIDATES = ("/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv")
 
 

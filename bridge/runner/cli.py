@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioning.errors import ProvisioningError
+from provisioning.sandbox import hide_from_own_account
 
 from ..errors import RunnerError
 from ..logs import mask
@@ -107,6 +108,7 @@ class CliRunner(RunnerBackend):
             self._check_command(kwargs["env"].get("PATH"))
             argv = request.identity.command(self.argv(request))
             if request.identity.uid is None:  # single account: the uid sweep cannot find all
+                hide_from_own_account()  # the run's uid is ours: /proc/<our pid>/environ
                 # the gateway's own Python may sit where its runs cannot reach (a root pyenv)
                 argv = wrap(argv, self.kill_grace_s, shared_interpreter())
             proc = await start_process(argv, **kwargs)
