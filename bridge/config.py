@@ -475,8 +475,14 @@ def _not_json(exc: SettingsError, environ: Mapping[str, str], cls: type[BaseMode
     field = cls.model_fields.get(match.group(1)) if match else None
     section = field.annotation if field is not None else None
     suspects = []
+    upper = {k.upper(): v for k, v in environ.items()}
+    whole = f"{ENV_PREFIX}{match.group(1).upper()}" if match else ""
+    if whole in upper:  # the whole section as one variable (JAZZ_BRIDGE_SERVER='...')
+        try:
+            json.loads(upper[whole])
+        except ValueError:
+            suspects.append(whole)
     if match and isinstance(section, type) and issubclass(section, BaseModel):
-        upper = {k.upper(): v for k, v in environ.items()}
         for key, info in section.model_fields.items():
             if not _is_collection(info.annotation):
                 continue

@@ -210,6 +210,11 @@ def test_a_list_given_as_plain_text_in_the_environment_is_named() -> None:
     assert "BOT_TOKEN" not in str(info.value)
 
 
+def test_a_whole_section_given_as_plain_text_in_the_environment_is_named() -> None:
+    with pytest.raises(ConfigError, match=r": JAZZ_BRIDGE_SERVER: a list or table"):
+        load_settings(None, adapter_sections=SECTIONS, environ={"JAZZ_BRIDGE_SERVER": "notjson"})
+
+
 def test_command_line_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
