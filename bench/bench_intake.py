@@ -506,7 +506,19 @@ def py_spy(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None:
     if out is None:
         return None
     spy = shutil.which("py-spy") or str(REPO / ".venv" / "bin" / "py-spy")
-    argv = [spy, "record", "--pid", str(pid), "--format", "raw", "-o", str(out), "--gil"]
+    argv = [
+        spy,
+        "record",
+        "--pid",
+        str(pid),
+        "--format",
+        "raw",
+        "-o",
+        str(out),
+        "--gil",
+        "--rate",
+        "500",
+    ]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
