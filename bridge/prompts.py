@@ -80,25 +80,98 @@ def from_event(
     )
 
 
-def _clip(text: Any, n: int = 1500) -> str:
+# A prompt's message is later edited to its settled text: the prompt with a line saying how
+# it ended appended. Both must fit one message of every surface, or the surface cuts off the
+# reason (an edit is one message) and a prompt sent as two messages has its last one (the
+# one with the buttons) overwritten by the prompt's beginning. Measured in UTF-16 code
+# units, as Telegram counts (at least the number of characters Slack and the web count),
+# within the least Capabilities.max_length of the surfaces (Telegram's 3500: its 4096 units
+# less room for what the conversion of Markdown adds).
+PROMPT_ROOM = 3500
+MESSAGE_MAX, PREVIEW_MAX, QUESTION_MAX = 1500, 2500, 1500
+MESSAGE_MIN = 500  # what an approval's message keeps when its preview needs the room
+NAME_MAX = 200  # a tool's, a secret's, a person's name
+
+
+def _units(text: str) -> int:
+    """Length in UTF-16 code units (a character beyond the BMP, an emoji, counts two)."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def _clip(text: Any, n: int = MESSAGE_MAX) -> str:
+    """``text`` in at most ``n`` UTF-16 units (cut with "…")."""
     s = str(text or "")
-    return s if len(s) <= n else s[: n - 1] + "…"
+    if len(s) <= n // 2 or (len(s) <= n and _units(s) <= n):
+        return s
+    cut = s[: n - 1]
+    over = _units(cut) - (n - 1)
+    while over > 0:
+        over -= 2 if ord(cut[-1]) > 0xFFFF else 1
+        cut = cut[:-1]
+    return cut + "…"
+
+
+def _waited(waited_s: float) -> str:
+    if waited_s < 120:
+        return f"{waited_s:g} s"
+    minutes = waited_s / 60
+    return f"{minutes:.0f} minutes" if minutes < 1e9 else f"{minutes:.3g} minutes"
+
+
+def _expired_line() -> str:
+    return "⌛ Expired: the run ended without this answer."
+
+
+def _unanswered_line(waited_s: float, told: str) -> str:
+    return f"⌛ Expired: no answer within {_waited(waited_s)}; the agent was told {told}."
+
+
+# the longest line a settled prompt gets (a wait's text is at most 17 characters)
+SETTLED_ROOM = 2 + max(
+    _units(_expired_line()), _units(_unanswered_line(999_999_999 * 60, "declined"))
+)
+
+
+def _approval_lines(head: str, message: str, preview: str) -> list[str]:
+    """The approval's lines within PROMPT_ROOM with its settled line: the preview (what
+    will run) keeps its room first, the message gives way down to MESSAGE_MIN."""
+
+    def lines(message_n: int, preview_n: int) -> list[str]:
+        out = [head]
+        if message:
+            out.append(_clip(message, message_n))
+        if preview:
+            shown = _clip(preview, preview_n)
+            fence = fence_for(shown)  # the preview's own fences cannot close it early
+            out.append(f"{fence}\n{shown}\n{fence}")
+        return out
+
+    room = PROMPT_ROOM - SETTLED_ROOM
+    full = lines(MESSAGE_MAX, PREVIEW_MAX)
+    over = _units("\n\n".join(full)) - room
+    if over <= 0:
+        return full
+    message_n = min(MESSAGE_MAX, _units(message[:MESSAGE_MAX]))
+    message_n = max(min(message_n, MESSAGE_MIN), message_n - over)
+    preview_n = min(PREVIEW_MAX, _units(preview[:PREVIEW_MAX]))
+    while True:
+        out = lines(message_n, preview_n)
+        over = _units("\n\n".join(out)) - room
+        if over <= 0 or preview_n <= 1:
+            return out
+        preview_n = max(1, preview_n - over)
 
 
 def message_for(record: PromptRecord, *, others_pending: int, buttons: bool) -> Outgoing:
     """The prompt as a message with choices (numbered in the text when there are no buttons)."""
     p = record.payload
-    who = p.get("requesterName") or record.requester
+    who = _clip(p.get("requesterName") or record.requester, NAME_MAX)
     choices: list[tuple[str, str, str]] = []
     if record.kind == "approval":
-        tool = p.get("toolName") or p.get("tool") or "a tool"
-        lines = [f"**Approval needed** for {code_span(tool)} (asked by {who})"]
-        if p.get("message"):
-            lines.append(_clip(p["message"]))
-        if p.get("preview"):
-            preview = _clip(p["preview"], 2500)
-            fence = fence_for(preview)  # the preview's own fences cannot close it early
-            lines.append(f"{fence}\n{preview}\n{fence}")
+        tool = _clip(p.get("toolName") or p.get("tool") or "a tool", NAME_MAX)
+        head = f"**Approval needed** for {code_span(tool)} (asked by {who})"
+        message, preview = str(p.get("message") or ""), str(p.get("preview") or "")
+        lines = _approval_lines(head, message, preview)
         choices = [(APPROVE, "Approve", "primary"), (REJECT, "Reject", "danger")]
         if others_pending:
             choices += [
@@ -106,7 +179,7 @@ def message_for(record: PromptRecord, *, others_pending: int, buttons: bool) -> 
                 (REJECT_ALL, f"Reject all ({others_pending + 1})", "default"),
             ]
     elif record.kind == "input":
-        lines = [f"**Question** for {who}: {_clip(p.get('question'))}"]
+        lines = [f"**Question** for {who}: {_clip(p.get('question'), QUESTION_MAX)}"]
         for i, s in enumerate(p.get("suggestions") or []):
             if isinstance(s, dict):
                 label = str(s.get("label") or s.get("value") or f"option {i + 1}")[:60]
@@ -115,7 +188,7 @@ def message_for(record: PromptRecord, *, others_pending: int, buttons: bool) -> 
             lines.append("_Or reply with your own answer._")
         choices.append((DECLINE, "Skip", "default"))
     else:
-        name = p.get("name") or "a secret"
+        name = _clip(p.get("name") or "a secret", NAME_MAX)
         lines = [
             f"**The agent asks {who} for {name}.** Send it as your next message in this "
             "private chat (it is passed to the agent and removed from the gateway's records), "
@@ -188,21 +261,20 @@ def unavailable_secret(record: PromptRecord) -> dict[str, Any]:
 def expired_text(record: PromptRecord) -> str:
     """How a prompt's message reads once its run is over unanswered (its buttons gone)."""
     shown = message_for(record, others_pending=0, buttons=True).text
-    return f"{shown}\n\n⌛ Expired: the run ended without this answer."
+    return f"{shown}\n\n{_expired_line()}"
 
 
 def unanswered_text(record: PromptRecord, waited_s: float) -> str:
     """How a prompt's message reads once nobody answered it in time (its buttons gone)."""
     shown = message_for(record, others_pending=0, buttons=True).text
-    waited = f"{waited_s / 60:.0f} minutes" if waited_s >= 120 else f"{waited_s:g} s"
     told = "rejected" if record.kind == "approval" else "declined"
-    return f"{shown}\n\n⌛ Expired: no answer within {waited}; the agent was told {told}."
+    return f"{shown}\n\n{_unanswered_line(waited_s, told)}"
 
 
 def resolved_text(record: PromptRecord, code: str, actor_name: str, text: str | None) -> str:
     p = record.payload
     if record.kind == "approval":
-        tool = p.get("toolName") or "a tool"
+        tool = _clip(p.get("toolName") or "a tool", NAME_MAX)
         verdict = "Approved" if code in (APPROVE, APPROVE_ALL) else "Rejected"
         return f"{verdict} {code_span(tool)} ({actor_name})"
     if record.kind == "input":

@@ -1,0 +1,115 @@
+"""Review: an approval nobody answers must say why its buttons went, in Slack too.
+
+The approval's tool name (the runner's ``toolName``) went into the prompt's heading
+unclipped: with a long one the prompt filled Slack's markdown block (11,000 characters, the
+gateway's clip under Slack's 12,000), and the expiry's "⌛ Expired: no answer within …; the
+agent was told rejected." appended to it was cut off: the buttons vanished with a trailing
+"…" and no reason.
+
+The real gateway and Slack adapter against the fake Slack Web API; a runner of the test's
+own (the run contract) asks for one approval; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from accounts_support import remove_accounts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters" / "slack"))
+from fake_slack_api import FakeSlackApi
+from gateway_harness import running_gateway, wait_until
+from slack_support import APP_TOKEN, BOT_TOKEN, slack_env
+from test_slack import event, mention, posted_ts, posts, seen
+
+from bridge.runner.cli import shared_interpreter
+
+RUNNER = """\
+import json, os, sys
+sys.stdin.readline()
+with open(os.path.join(os.environ["FAKE_DIR"], "approval.json")) as fh:
+    asked = json.load(fh)
+event = {"type": "approval_required", "toolCallId": "call-1", **asked}
+sys.stderr.write(json.dumps(event) + "\\n")
+sys.stderr.flush()
+line = sys.stdin.readline()
+verdict = "approved" if line.strip() and json.loads(line).get("approved") else "rejected"
+envelope = {"ok": True, "answer": "the patch was " + verdict, "costUSD": 0.0,
+            "costKnown": False, "toolCalls": [], "artifacts": [],
+            "tokenUsage": {"promptTokens": 1, "completionTokens": 1, "totalTokens": 2}}
+sys.stdout.write(json.dumps(envelope) + "\\n")
+"""
+
+REASON = "the agent was told rejected."
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeSlackApi]:
+    api = FakeSlackApi(BOT_TOKEN, app_token=APP_TOKEN)
+    await api.start()
+    yield api
+    await api.stop()
+
+
+@pytest.fixture
+def env(
+    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeSlackApi
+) -> Iterator[dict[str, str]]:
+    e = slack_env(tmp_path / "root", fake_dir, uid_range, fake)
+    runner = fake_dir / "approval_runner.py"
+    runner.write_text(RUNNER)
+    os.chmod(runner, 0o755)
+    e["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps([shared_interpreter(), str(runner)])
+    e["JAZZ_BRIDGE_LIMITS__PROMPT_WAIT_S"] = "1"
+    yield e
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+def markdown_block(call: Any) -> str:
+    (block,) = [b for b in call.args.get("blocks") or [] if b.get("type") == "markdown"]
+    return str(block["text"])
+
+
+async def test_the_expiry_reason_of_an_approval_with_a_long_tool_name_arrives_whole(
+    env: dict[str, str], fake: FakeSlackApi, fake_dir: Path
+) -> None:
+    payload = {
+        "toolName": "mcp__billing__" + "apply_patch_to_the_tax_helpers_" * 300,
+        "message": "Apply the patch below to the billing service. " * 30,
+        "preview": "\n".join(f"-    rate = tax_rate_v1(order, {i})" for i in range(80)),
+    }
+    (fake_dir / "approval.json").write_text(json.dumps(payload))
+    os.chmod(fake_dir / "approval.json", 0o644)
+    async with running_gateway(env) as (app, _client):
+        root = "1764700000.000200"
+        assert await event(app.port, mention("Ev0PATCH1", "patch it", ts=root)) == 200
+
+        def prompt() -> list[Any]:
+            return [c for c in posts(fake, "Approval needed") if c.args.get("blocks")]
+
+        def settled() -> list[Any]:
+            if not prompt():
+                return []
+            ts = posted_ts(fake, prompt()[0])
+            return [c for c in fake.called("chat.update") if c.args.get("ts") == ts]
+
+        try:
+            await wait_until(
+                lambda: bool(posts(fake, "the patch was")) and bool(settled()),
+                30,
+                "the agent's answer and the prompt's message settled",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the fake Slack API saw {seen(fake)}") from None
+        assert "rejected" in str(posts(fake, "the patch was")[0].args.get("markdown_text"))
+        assert len(prompt()) == 1
+        (update,) = settled()
+        text = markdown_block(update)
+        assert text.rstrip().endswith(REASON), text[-200:]
+        assert not [b for b in update.args["blocks"] if b.get("type") == "actions"]
