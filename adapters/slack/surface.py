@@ -90,6 +90,9 @@ TRANSIENT_ERRORS = frozenset(
         "accesslimited",
     }
 )
+# of those, the ones after which the call may have been carried out all the same (Slack:
+# "some aspect of the operation succeeded"): looked for before it is made again
+MAYBE_DONE_ERRORS = frozenset({"internal_error", "fatal_error"})
 
 
 def retry_after_of(exc: Exception) -> float | None:
@@ -129,9 +132,12 @@ def slack_error(exc: Exception, what: str) -> DeliveryError:
 
 
 def _unclear(exc: Exception) -> bool:
-    """Did the request maybe reach Slack and post anyway (so a resend could duplicate)?"""
+    """Did the request maybe reach Slack and post anyway (so a resend could duplicate)? A
+    5xx, no answer, or Slack's own word for it: ``internal_error`` and ``fatal_error``
+    (HTTP 200) say "some aspect of the operation" may have succeeded."""
     if isinstance(exc, SlackApiError):
-        return getattr(exc.response, "status_code", 0) >= 500
+        code = str(exc.response.get("error") or "") if exc.response is not None else ""
+        return getattr(exc.response, "status_code", 0) >= 500 or code in MAYBE_DONE_ERRORS
     return True
 
 
