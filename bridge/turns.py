@@ -1180,38 +1180,67 @@ class Engine:
         await self._runs_sem.acquire()
 
     async def _turn(self, slot: ConversationSlot, msg: MessageRecord) -> None:
-        over = await self._over_budget()
-        if over is not None:
-            await self._finish_message(
-                msg,
-                InboxState.FAILED,
-                "budget",
-                f"💸 Today's spending limit for this gateway is reached ({over}); new messages "
-                "run again after midnight UTC.",
-            )
+        if await self._refused_over_budget(msg):
             return
         await self._leftovers_killed.wait()  # what the accounts ran before the start is gone
         if slot.last is not None:  # the previous run's leftovers are gone before this one
             last, slot.last = slot.last, None  # (waited for without holding a run slot)
             await last.settled()
         await self._acquire_slot(slot, msg)
-        if self.stopping:  # it waited while the gateway began to stop: the next start runs it
-            self._runs_sem.release()
-            return
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._in_flight -= 1
+                self.metrics.runs_in_flight.dec()
+                self._runs_sem.release()
+
         self._in_flight += 1
         self.metrics.runs_in_flight.inc()
         try:
+            if self.stopping:  # it waited while the gateway began to stop: the next start runs it
+                return
+            # checked again with the run slot held: a run that ended while this message
+            # waited for it may have taken the day's spend over the cap (its cost is recorded
+            # before its slot is given back)
+            if await self._refused_over_budget(msg, release):
+                return
             ran = await self._run_turn(slot, msg)
-        finally:
-            self._in_flight -= 1
-            self.metrics.runs_in_flight.dec()
-            self._runs_sem.release()
-        if ran is not None:  # recorded and answered with the run slot free for the next run
+            if ran is None:
+                return
             try:
-                await self._record(*ran)
+                # the outcome (its cost) is recorded before the run slot is given back, then
+                # the answer is sent with the slot free for the next run
+                records = await self._record(*ran)
+                release()
+                if records is not None:
+                    await self._answer(*ran, records)
             finally:
                 if not ran[0].summary_shown:  # its bubble (if any) still reads "working":
                     self._closed_bubbles.pop(ran[0].stop_token, None)  # a Stop settles it
+        finally:
+            release()
+
+    async def _refused_over_budget(
+        self, msg: MessageRecord, release: Callable[[], None] | None = None
+    ) -> bool:
+        """Answer ``msg`` with the daily cap's refusal when no new run may start today
+        (``release``: the run slot held, given back before the answer is sent)."""
+        over = await self._over_budget()
+        if over is None:
+            return False
+        if release is not None:
+            release()
+        await self._finish_message(
+            msg,
+            InboxState.FAILED,
+            "budget",
+            f"💸 Today's spending limit for this gateway is reached ({over}); new messages "
+            "run again after midnight UTC.",
+        )
+        return True
 
     async def _over_budget(self) -> str | None:
         """Why no new run may start today (the daily cap), or None."""
@@ -1240,8 +1269,9 @@ class Engine:
     ) -> tuple[ActiveRun, RunResult] | None:
         """Start and run one message; its run and result, or None when it had begun before.
 
-        ``limits.max_concurrent_runs`` counts runs, so the caller records the outcome and
-        sends the answer after giving the run slot back.
+        ``limits.max_concurrent_runs`` counts runs: the caller records the outcome with the
+        run slot held (the next run's cap check counts its cost) and sends the answer after
+        giving the slot back.
         """
         run_record = await self.store.begin_run(msg.id, msg.sender_id, parts=msg.merged)
         if run_record is None:  # no longer accepted: started or answered already
@@ -1398,7 +1428,9 @@ class Engine:
                 await self._settle_prompt_message(run, rec, P.expired_text(rec))
         return result
 
-    async def _record(self, run: ActiveRun, result: RunResult) -> None:
+    async def _record(self, run: ActiveRun, result: RunResult) -> list[ReplyRecord] | None:
+        """Record a run's outcome and replies (its cost counts from now); what to deliver,
+        or None when the gateway stopped first."""
         msg = run.message
         outcome = RunOutcome(
             ok=result.ok,
@@ -1478,12 +1510,17 @@ class Engine:
             replies.append(self._reply(msg, f"error:{msg.id}", Outgoing(ReplyKind.ERROR, text)))
         records = await self._finish_run(run, outcome, state, replies)
         if records is None:
-            return  # stopping with the outcome unrecorded: the restart says "interrupted"
+            return None  # stopping with the outcome unrecorded: the restart says "interrupted"
         # counted once recorded: a run in the metrics has its outcome and replies stored
         # a fixed set: the code is the runner's word, and every new value would be a new
         # time series kept for ever
         self.metrics.runs.labels(label if label in RUN_OUTCOMES else "other").inc()
         self.metrics.run_duration.observe(result.duration_ms / 1000)
+        return records
+
+    async def _answer(self, run: ActiveRun, result: RunResult, records: list[ReplyRecord]) -> None:
+        """Close a recorded run's bubble with its summary, then deliver its replies."""
+        line = summary(result, run.progress)
         if run.reporter is not None:
             run.summary_shown = await run.reporter.close(line)
         if not run.summary_shown:  # before the answer goes: a Stop pressed from now settles it
