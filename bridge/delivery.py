@@ -90,6 +90,10 @@ class Deliverer:
         """Conversations with replies on their way (each holds a lock while it has)."""
         return len(self._locks)
 
+    def gone(self, conversation_id: int) -> str | None:
+        """Why the conversation's chat takes no more messages, or None (it may)."""
+        return self._gone.get(conversation_id)
+
     def reachable(self, conversation_id: int) -> None:
         """The chat wrote again (the bot unblocked, added back): its replies go out again."""
         if self._gone.pop(conversation_id, None) is not None:

@@ -569,12 +569,13 @@ class Engine:
             len(dropped),
         )
         for msg in dropped:
-            self.metrics.messages.labels(msg.platform, "unreachable").inc()
-            text = f"⛔ Not run: this chat takes no more of the bot's messages ({why})."
-            self._spawn(
-                self._finish_message(msg, InboxState.FAILED, "unreachable", text),
-                f"unreachable-{msg.id}",
-            )
+            self._spawn(self._close_unreachable(msg, why), f"unreachable-{msg.id}")
+
+    async def _close_unreachable(self, msg: MessageRecord, why: str) -> None:
+        """Close ``msg`` unrun: its chat takes no more messages (see :meth:`_chat_gone`)."""
+        self.metrics.messages.labels(msg.platform, "unreachable").inc()
+        text = f"⛔ Not run: this chat takes no more of the bot's messages ({why})."
+        await self._finish_message(msg, InboxState.FAILED, "unreachable", text)
 
     def _queued_text(self, run: ActiveRun, msg: MessageRecord, place: int) -> str:
         """The word to a message queued behind ``run``. When the run waits for this very
@@ -1180,7 +1181,7 @@ class Engine:
         await self._runs_sem.acquire()
 
     async def _turn(self, slot: ConversationSlot, msg: MessageRecord) -> None:
-        if await self._refused_over_budget(msg):
+        if await self._refused(msg):
             return
         await self._leftovers_killed.wait()  # what the accounts ran before the start is gone
         if slot.last is not None:  # the previous run's leftovers are gone before this one
@@ -1202,10 +1203,10 @@ class Engine:
         try:
             if self.stopping:  # it waited while the gateway began to stop: the next start runs it
                 return
-            # checked again with the run slot held: a run that ended while this message
-            # waited for it may have taken the day's spend over the cap (its cost is recorded
-            # before its slot is given back)
-            if await self._refused_over_budget(msg, release):
+            # checked again with the run slot held: while this message waited for it, a run
+            # that ended may have taken the day's spend over the cap (its cost is recorded
+            # before its slot is given back), or its chat was found to take no more messages
+            if await self._refused(msg, release):
                 return
             ran = await self._run_turn(slot, msg)
             if ran is None:
@@ -1223,16 +1224,20 @@ class Engine:
         finally:
             release()
 
-    async def _refused_over_budget(
-        self, msg: MessageRecord, release: Callable[[], None] | None = None
-    ) -> bool:
-        """Answer ``msg`` with the daily cap's refusal when no new run may start today
-        (``release``: the run slot held, given back before the answer is sent)."""
-        over = await self._over_budget()
-        if over is None:
+    async def _refused(self, msg: MessageRecord, release: Callable[[], None] | None = None) -> bool:
+        """Close ``msg`` without a run when its chat takes no more messages (known since it
+        was queued: a message from the chat would have made it reachable again), or answer
+        it with the daily cap's refusal when no new run may start today; whether it was.
+        ``release``: the run slot held, given back before the answer is sent."""
+        why = self.deliverer.gone(msg.conversation_id)
+        over = None if why is not None else await self._over_budget()
+        if why is None and over is None:
             return False
         if release is not None:
             release()
+        if why is not None:
+            await self._close_unreachable(msg, why)
+            return True
         await self._finish_message(
             msg,
             InboxState.FAILED,
