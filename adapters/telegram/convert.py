@@ -824,8 +824,10 @@ def to_inbound(
     if replied is not None:
         text = with_reply_context(cleaned, message, replied)
         files = _merged(files, attachments(replied))
-    elif cleaned or files:
+    elif cleaned.strip() or files:
         text = cleaned
+    else:  # a bare "@bot": the help, as Slack answers a bare mention (not a run on "@bot")
+        text = "/help"
     topic = topic_id(message)
     target: dict[str, int | bool | str] = {"chat_id": chat.id, "message_id": message.message_id}
     if topic is not None:
