@@ -166,6 +166,30 @@ def _attachments(event: dict[str, Any]) -> tuple[Attachment, ...]:
     return tuple(found)
 
 
+def _unavailable(event: dict[str, Any]) -> list[str]:
+    """The names of the message's files Slack gave no way to fetch: deleted (a tombstone),
+    hidden by the workspace's storage limit, still processing."""
+    names = []
+    files = event.get("files")
+    for f in files if isinstance(files, list) else []:
+        if not isinstance(f, dict) or f.get("url_private_download") or f.get("url_private"):
+            continue
+        if f.get("file_access") == CHECK_FILE_INFO and isinstance(f.get("id"), str):
+            continue  # fetched through files.info at the run
+        name = f.get("name") or f.get("title")
+        names.append(str(name) if isinstance(name, str) and name else "a file")
+    return names
+
+
+def _unavailable_note(names: list[str]) -> str:
+    """Told to the agent, so that it can say so instead of answering as if there were none."""
+    listed = ", ".join(f"`{n}`" if n != "a file" else n for n in names[:MAX_FORWARDS])
+    return (
+        f"(The person also shared {listed}, which Slack did not make available to the "
+        "gateway: deleted, hidden by the workspace's storage limit, or still processing.)"
+    )
+
+
 def _shared(event: dict[str, Any]) -> list[dict[str, Any]]:
     """The messages forwarded (or shared) in ``event``: Slack carries each as an attachment
     marked ``is_share`` (or ``is_msg_unfurl``, a pasted message link), not in ``text``."""
@@ -446,6 +470,10 @@ class SlackAdapter:
         shared = _shared(event)
         attachments = _attachments(event) + tuple(a for item in shared for a in _attachments(item))
         text = _with_forwarded(_text(raw_text, bot), shared)
+        missing = _unavailable(event) + [n for item in shared for n in _unavailable(item)]
+        if missing:
+            note = _unavailable_note(missing)
+            text = f"{text}\n\n{note}" if text else note
         if not text and not attachments:
             text = "/help"
         # the message, not the event: one message can come as two events with ids of their
