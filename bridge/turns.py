@@ -515,11 +515,12 @@ class Engine:
         if command is not None:
             self._spawn(self._command(msg, command), f"command-{msg.id}")
             return
-        slot = self._slot(msg.conversation_id)
         album = album_key(msg)
         if album is not None and (msg.conversation_id, *album) in self._closed_albums:
+            # closed without a slot: nothing would forget one made for it
             self._spawn(self._close_part(msg), f"part-{msg.id}")
             return
+        slot = self._slot(msg.conversation_id)
         if slot.active is not None and self._answers_prompt(slot.active, msg):
             self._close_album(msg)  # its other parts: the answer was given (files can't be)
             self._spawn(self._typed_answer(slot.active, msg), f"answer-{msg.id}")
