@@ -369,7 +369,7 @@ class TelegramAdapter:
                 result = await self.ctx.gateway.press(
                     query.data,
                     str(user.id),
-                    is_operator=str(user.id) in self.rules.operators,
+                    is_operator=self.rules.is_operator(user),
                     actor_name=convert.display_name(user),
                 )
                 text = result.text

@@ -572,9 +572,16 @@ class Rules:
             or (chat_username and f"@{chat_username.lower()}" in self.allowed_chats)
         ):
             return True
-        return str(user.id) in self.allowed_users or bool(
-            user.username and f"@{user.username.lower()}" in self.allowed_users
-        )
+        return _named(user, self.allowed_users)
+
+    def is_operator(self, user: User) -> bool:
+        """``telegram.operators`` names the user by id or by @username."""
+        return _named(user, self.operators)
+
+
+def _named(user: User, entries: frozenset[str]) -> bool:
+    """Whether normalized ``entries`` name ``user``: its id, or its username as @name."""
+    return str(user.id) in entries or bool(user.username and f"@{user.username.lower()}" in entries)
 
 
 def normalize_ids(values: Collection[int | str]) -> frozenset[str]:
@@ -845,7 +852,7 @@ def to_inbound(
         text=text,
         attachments=files,
         shared_chat=shared,
-        is_operator=str(user.id) in rules.operators,
+        is_operator=rules.is_operator(user),
         target=dict(target),
         part_of=album,
     )

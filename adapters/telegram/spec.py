@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, SecretStr
 
 from bridge.config import MIN_TOKEN_CHARS, CoreSettings, HttpUrl
 from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck, changed_keys
@@ -13,6 +13,23 @@ from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck, chan
 # what setWebhook accepts (1-256 of these), at least as long as any token people set by hand:
 # a short one is guessed, and too short to be told from a word when logs are masked
 WEBHOOK_SECRET = re.compile(rf"^[A-Za-z0-9_-]{{{MIN_TOKEN_CHARS},256}}$")
+
+
+# an entry of an allowlist or of operators: a numeric id, or an @username (a chat's, a user's)
+ID_OR_USERNAME = re.compile(r"^(-?[0-9]+|@[A-Za-z0-9_]+)$")
+
+
+def _id_or_username(value: int | str) -> int | str:
+    """An entry that is neither could never match anyone: it is refused, not ignored (an
+    operator written as "grace" was silently no operator, a chat as "t.me/ops" never let in)."""
+    if isinstance(value, str) and not ID_OR_USERNAME.match(value.strip()):
+        raise ValueError(
+            f"{value!r} is neither a numeric id (123456789, -100…) nor an @username ('@name')"
+        )
+    return value
+
+
+IdOrUsername = Annotated[int | str, AfterValidator(_id_or_username)]
 
 
 class TelegramSettings(BaseModel):
@@ -25,10 +42,12 @@ class TelegramSettings(BaseModel):
     webhook_secret: SecretStr | None = None  # required in webhook mode
     api_url: HttpUrl = "https://api.telegram.org/bot"  # the bot's base_url; the token is appended
     file_url: HttpUrl | None = None  # default: derived from api_url (".../bot" -> ".../file/bot")
-    allowed_chats: list[int | str] = []
-    allowed_users: list[int | str] = []
+    allowed_chats: list[IdOrUsername] = []  # ids, or a public chat's @username
+    allowed_users: list[IdOrUsername] = []  # user ids or @usernames
     allow_everyone: bool = False
-    operators: list[int | str] = []  # user ids that may /stop others' runs
+    # user ids (or @usernames, case-insensitive: an id is safer, a username can be changed
+    # and then taken by someone else) that may /stop others' runs
+    operators: list[IdOrUsername] = []
     group_trigger: Literal["mention", "all"] = "mention"
     poll_timeout_s: int = 30  # long polling timeout of getUpdates
     min_send_interval_s: float = 1.0  # per chat: about one message a second
