@@ -97,6 +97,9 @@ class Outgoing:
     file_path: str | None = None  # ARTIFACT: a path inside the conversation's home
     media_type: str | None = None
     requester: str | None = None  # who may press the choices
+    # a later part of one answer the core split in several: a surface that quotes the
+    # question (a Telegram group) does so above the first part only
+    continues: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +109,7 @@ class Outgoing:
             "file_path": self.file_path,
             "media_type": self.media_type,
             "requester": self.requester,
+            "continues": self.continues,
         }
 
     @classmethod
@@ -117,6 +121,7 @@ class Outgoing:
             file_path=data.get("file_path"),
             media_type=data.get("media_type"),
             requester=data.get("requester"),
+            continues=bool(data.get("continues", False)),
         )
 
 

@@ -1490,9 +1490,8 @@ class Engine:
             # off the loop: a long answer takes a while to parse and split
             parts = await asyncio.to_thread(split_markdown, body, limit - 16)
             for i, part in enumerate(parts):
-                replies.append(
-                    self._reply(msg, f"answer:{msg.id}:{i}", Outgoing(ReplyKind.ANSWER, part))
-                )
+                out = Outgoing(ReplyKind.ANSWER, part, continues=i > 0)
+                replies.append(self._reply(msg, f"answer:{msg.id}:{i}", out))
             home = self._home_path(msg.conversation_id)
             for i, art in enumerate(result.artifacts):
                 path = art.get("path")

@@ -157,18 +157,6 @@ def keyboard(choices: tuple[Choice, ...]) -> InlineKeyboardMarkup | None:
     return InlineKeyboardMarkup(rows)
 
 
-# the core's key for part i of a message's answer: "answer:<message>:<i>" (bridge/turns.py)
-ANSWER_PART = re.compile(r"answer:\d+:(\d+)")
-
-
-def continues_answer(reply_key: str) -> bool:
-    """Whether ``reply_key`` is a later part of an answer the core split in several: only
-    the first quotes the question in a group, the rest follow it (quoting it on every part
-    repeated the question above each one)."""
-    match = ANSWER_PART.fullmatch(reply_key)
-    return match is not None and int(match.group(1)) > 0
-
-
 def parse_ref(ref: str) -> tuple[int, int]:
     chat, _, message = ref.rpartition(":")
     return int(chat), int(message)
@@ -338,7 +326,7 @@ class TelegramSurface:
         quote = (
             bool(target.context.get("shared"))
             and message.kind in (ReplyKind.ANSWER, ReplyKind.ERROR)
-            and not continues_answer(reply_key)
+            and not message.continues  # the question quoted above the first part only
         )
         done = self._partial.setdefault(reply_key, {})
         last_id = 0
