@@ -38,7 +38,7 @@ from .ops import add_ops_routes
 from .ports import Adapter, AdapterContext, AdapterSpec
 from .retention import Sweeper
 from .runner import CliRunner, RunnerBackend, default_command
-from .server import build_app
+from .server import build_app, make_runner
 from .store import SqliteStore, Store
 from .turns import Engine
 
@@ -227,12 +227,7 @@ class GatewayApp:
             self.sweeper.start()
         # shutdown_timeout: how long stop waits for requests still open (an event stream a
         # browser holds); aiohttp's default of 60 s outlasts systemd's stop timeout
-        self.runner = web.AppRunner(
-            self.web_app,
-            access_log=None,
-            handle_signals=False,
-            shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S,
-        )
+        self.runner = make_runner(self.web_app, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
         await self.runner.setup()
         self.site = web.TCPSite(
             self.runner, self.settings.server.host, self.settings.server.port, reuse_address=True

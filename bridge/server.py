@@ -8,10 +8,12 @@ acknowledged, so the platform delivers it again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from .logs import mask
 from .metrics import Metrics
@@ -22,6 +24,14 @@ log = logging.getLogger(__name__)
 HealthCheck = Callable[[], dict[str, str | None]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PLATFORM_PATHS = (("/slack/", "slack"), ("/telegram/", "telegram"), ("/api/", "web"))
+# How long a connection may stay open with no request under way: one that sends nothing, or
+# never ends its headers (slow-loris), is closed then, as is an idle keep-alive one (longer
+# than a proxy's usual 60 s, so the proxy hangs up first). aiohttp's own default (3630 s)
+# let each such client hold one of the gateway's file descriptors for an hour.
+HTTP_IDLE_TIMEOUT_S = 75.0
+# How long a request's body (at most server.max_body_bytes) may take to arrive: a body that
+# never ends is answered 408 instead of holding its connection for ever.
+HTTP_BODY_TIMEOUT_S = 30.0
 
 
 def _platform(path: str) -> str:
@@ -41,8 +51,20 @@ def build_app(
     async def refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
         """A body over ``max_body_bytes`` (413 from aiohttp) counted per platform; a write
         the store refused said as such (the sender, a platform or a person, sends again).
-        One middleware for both: each layer costs every request a coroutine and a frame."""
+        One middleware for both: each layer costs every request a coroutine and a frame.
+        A body is read here, within ``HTTP_BODY_TIMEOUT_S`` (handlers get it from memory)."""
         try:
+            if request.can_read_body:
+                try:
+                    await asyncio.wait_for(request.read(), HTTP_BODY_TIMEOUT_S)
+                except TimeoutError:
+                    log.warning("%s %s: body not received in time", request.method, request.path)
+                    text = f"the request body did not arrive within {HTTP_BODY_TIMEOUT_S:.0f}s"
+                    slow = web.Response(status=408, text=text)
+                    slow.force_close()
+                    return slow
+                except (BadHttpMessage, web.RequestPayloadError):
+                    pass  # a body that cannot be read (bad gzip): its handler reads and says so
             return await handler(request)
         except web.HTTPRequestEntityTooLarge:
             metrics.auth_failures.labels(_platform(request.path), "too_big").inc()
@@ -81,3 +103,14 @@ def build_app(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_route)
     return app
+
+
+def make_runner(app: web.Application, *, shutdown_timeout: float) -> web.AppRunner:
+    """The runner that serves ``app``, with the connection limits above."""
+    return web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=shutdown_timeout,
+        keepalive_timeout=HTTP_IDLE_TIMEOUT_S,
+    )
