@@ -975,8 +975,9 @@ class Engine:
         return PressResult(PressStatus.OK, shown, resolved=Outgoing(ReplyKind.NOTICE, shown))
 
     def _answers_prompt(self, run: ActiveRun, msg: MessageRecord) -> bool:
-        """A typed message that answers a pending prompt (numbered choice, text, secret)."""
-        if msg.sender_id != run.message.sender_id or not run.prompts:
+        """A typed message that answers a pending prompt (numbered choice, text, secret);
+        never the first message of a fresh conversation ("/new <question>")."""
+        if msg.sender_id != run.message.sender_id or not run.prompts or msg.starts_epoch:
             return False
         oldest = next(iter(run.prompts.values()))
         if oldest.kind in ("input", "secret"):
@@ -1557,7 +1558,7 @@ def _answered_prompt(
     """The prompt (pending when the gateway stopped) that ``msg`` was typed to answer, by the
     rule the running gateway applies (:meth:`Engine._answers_prompt`; ``numbered``: the
     platform shows numbered choices, no buttons), or None."""
-    if msg.is_command:
+    if msg.is_command or msg.starts_epoch:
         return None
     for prompt in prompts:  # oldest first, as they were answered
         if prompt.requester != msg.sender_id or prompt.created_at > msg.received_at:

@@ -69,6 +69,9 @@ class MessageRecord:
     finished_at: float | None
     error: str | None
     part_of: str | None = None  # Inbound.part_of
+    # it started a fresh conversation as it was accepted ("/new <question>": the question);
+    # never the typed answer to a question of the run before it
+    starts_epoch: bool = False
     # not stored: the other parts the engine joined to this one (their ids); whatever starts
     # or closes this message closes them as MERGED in the same write
     merged: tuple[int, ...] = ()

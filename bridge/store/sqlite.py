@@ -576,6 +576,7 @@ class SqliteStore(Store):
             finished_at=row["finished_at"],
             error=row["error"],
             part_of=row["part_of"],
+            starts_epoch=row["new_epoch"] is not None,
         )
 
     @staticmethod
