@@ -28,6 +28,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from .errors import ConfigError
+from .logs import mask
 from .operators import LIST_COLUMNS, OPS_SIZE_TTL_S, Operators
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,12 @@ def _page(title: str, body: str) -> web.Response:
     return web.Response(text=html, content_type="text/html", headers=HEADERS)
 
 
+def _text(value: Any) -> str:
+    """``value`` as page text: every configured secret masked (a run's error may quote the
+    provider key it was given; the chat's reply and the log mask it too), then escaped."""
+    return escape(mask(str(value)))
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "<td></td>"
@@ -106,7 +113,7 @@ def _cell(value: Any) -> str:
         return f"<td>{'yes' if value else 'no'}</td>"
     if isinstance(value, int | float):
         return f"<td class=num>{escape(str(value))}</td>"
-    return f"<td>{escape(str(value))}</td>"
+    return f"<td>{_text(value)}</td>"
 
 
 def _table(columns: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
@@ -229,7 +236,7 @@ class OpsView:
                 _cell(_when(e.at)),
                 f"<td class='role-{escape(e.role)}'>{escape(e.role)}</td>",
                 _cell(e.sender),
-                f"<td class=msg>{escape(e.text)}</td>",
+                f"<td class=msg>{_text(e.text)}</td>",
             ]
             for e in lines
         ]
