@@ -308,6 +308,8 @@ class Engine:
             numbered = self._numbered_on(msg.platform)
             prompt = _answered_prompt(msg, waiting.get(msg.conversation_id, []), numbered)
             if prompt is not None:
+                # answered by this message: one typed after it runs, as it would have run
+                waiting[msg.conversation_id].remove(prompt)
                 self._spawn(self._answer_to_an_ended_prompt(msg, prompt), f"ended-{msg.id}")
                 continue
             self._dispatch(msg, admitted=True)
