@@ -53,6 +53,10 @@ ROLE_BY_KIND = {
     ReplyKind.PROMPT: "prompt",
 }
 SSE_HEARTBEAT_S = 15.0
+# events waiting for one stream to write them; a stream that falls this far behind (its
+# client stopped reading) is ended after them, and its client resumes from the last it got
+MAX_STREAM_BACKLOG = 1000
+LAGGING = "lagging"  # the end of a stream's backlog (never sent): the stream closes there
 BEARER = "bearer "  # an Authorization scheme, compared in lower case
 MAX_LIVE_BUBBLES = 20  # progress bubbles (not in the store) kept per thread
 # buttons shown (Stops included, which the store does not keep) remembered with their thread
@@ -108,9 +112,13 @@ class WebSurface:
 
     def _publish(self, thread: str, event: dict[str, Any]) -> None:
         event = self.recent.add(thread, event)
-        for queue in list(self.listeners.get(thread, ())):
-            if queue.qsize() < 1000:
+        listeners = self.listeners.get(thread, set())
+        for queue in list(listeners):
+            if queue.qsize() < MAX_STREAM_BACKLOG:
                 queue.put_nowait(event)
+            else:  # dropping events here left the stream silently short: it ends instead
+                listeners.discard(queue)
+                queue.put_nowait({"type": LAGGING})
 
     @staticmethod
     def _thread(target: ReplyTarget) -> str:
@@ -461,8 +469,8 @@ class WebAdapter:
                 except TimeoutError:
                     await response.write(b": heartbeat\n\n")
                     continue
-                if event.get("type") == "closing":
-                    break
+                if event.get("type") in ("closing", LAGGING):
+                    break  # lagging: an EventSource reconnects with the last id it got
                 await response.write(_sse(event))
         except (ConnectionResetError, asyncio.CancelledError):
             pass
