@@ -1445,7 +1445,9 @@ class Engine:
             ok=result.ok,
             exit_code=result.exit_code,
             envelope_code=result.code,
-            error=result.error,
+            # stored, and shown by homes show and the ops pages: a provider's error may
+            # quote its key (runner.extra_env)
+            error=mask(result.error) if result.error else result.error,
             cost_usd=result.cost_usd,
             cost_known=result.cost_known,
             prompt_tokens=result.prompt_tokens,

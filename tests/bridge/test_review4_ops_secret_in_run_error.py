@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,3 +70,8 @@ async def test_the_ops_page_masks_a_key_quoted_in_a_run_error(
             page = await r.text()
     assert "invalid api key" in page  # the run's error is shown...
     assert PROVIDER_KEY not in page, "the ops page shows the provider key of a failed run"
+    # ... and stored masked (homes show, --json included, prints it from there)
+    with sqlite3.connect(tmp_path / "root" / "state" / "bridge.db") as conn:
+        errors = [row[0] for row in conn.execute("SELECT error FROM runs")]
+    assert errors and all("invalid api key" in e for e in errors)
+    assert not [e for e in errors if PROVIDER_KEY in e], "the run's record keeps the key"
