@@ -56,7 +56,8 @@ def build_app(
         try:
             if request.can_read_body:
                 try:
-                    await asyncio.wait_for(request.read(), HTTP_BODY_TIMEOUT_S)
+                    async with asyncio.timeout(HTTP_BODY_TIMEOUT_S):  # no task per request
+                        await request.read()
                 except TimeoutError:
                     log.warning("%s %s: body not received in time", request.method, request.path)
                     text = f"the request body did not arrive within {HTTP_BODY_TIMEOUT_S:.0f}s"
