@@ -334,16 +334,29 @@ def _hard_split(text: str, limit: int) -> list[str]:
 # -- blocks -----------------------------------------------------------------------------------
 
 
-def _split_lines(source: str, limit: int, head: list[str] | None = None) -> list[str]:
+def _split_lines(
+    source: str, limit: int, head: list[str] | None = None, *, code: bool = False
+) -> list[str]:
     """Whole lines packed into parts, each starting with ``head`` (a table's header rows);
-    lines are kept as they are (an indented code block keeps its indentation)."""
+    lines are kept as they are (an indented code block keeps its indentation). A line of
+    ``code`` longer than a part is cut into pieces that each keep its indentation: cut as
+    text, the pieces after the first would be a paragraph (its ``*`` read as emphasis) that
+    took the code lines under it in as more of its text."""
     head = head or []
     room = limit - sum(len(h) + 1 for h in head)
     parts: list[str] = []
     chunk: list[str] = []
     size = 0
     for line in source.split("\n"):
-        pieces = [line] if len(line) <= room else _hard_split(line, room)
+        if len(line) <= room:
+            pieces = [line]
+        elif code:
+            body = line.lstrip(" \t")
+            indent = line[: len(line) - len(body)]
+            step = max(room - len(indent), 1)
+            pieces = [indent + body[i : i + step] for i in range(0, len(body), step)]
+        else:
+            pieces = _hard_split(line, room)
         for piece in pieces:
             if chunk and size + len(piece) + 1 > room:
                 parts.append("\n".join([*head, *chunk]).rstrip())
@@ -704,7 +717,7 @@ def _split(text: str, limit: int) -> list[str]:
         elif block.kind == "table":
             pieces = _split_table(source, limit)
         elif block.kind == "code":
-            pieces = _split_lines(source, limit)
+            pieces = _split_lines(source, limit, code=True)
         else:
             pieces = _hard_split(source, limit)
         if any(len(piece) > limit for piece in pieces):
