@@ -361,6 +361,7 @@ class WebAdapter:
         if thread is None:
             return _bad("thread must be 1-128 characters of A-Z a-z 0-9 . _ -")
         if not self._authorized(request):
+            self.ctx.metrics.auth_failures.labels("web", "token").inc()
             return _bad("missing or wrong token (Authorization: Bearer ...)", 401)
         entries = await self.ctx.store.transcript(f"web:{thread}")
         settled: dict[int, str] = {}
@@ -449,6 +450,7 @@ class WebAdapter:
         if thread is None:
             return _bad("thread must be 1-128 characters of A-Z a-z 0-9 . _ -")
         if not self._authorized(request):
+            self.ctx.metrics.auth_failures.labels("web", "token").inc()
             return _bad("missing or wrong token", 401)
         if self._closing:  # an EventSource does not reconnect after an answer that is not 200
             return _bad("the gateway is stopping", 503)
