@@ -188,15 +188,21 @@ def read_in_home(
     parts = [p for p in rel.split(os.sep) if p not in ("", ".")]
     if not parts:
         raise UnsafePathError(f"artifact {path} is not a file")
-    fds = [pinned.open_dir(home_path)]
+    # One directory held at a time (the home's owner read first): a path is the runner's
+    # word, as deep as the agent made its tree, and one descriptor per level ran the whole
+    # gateway out of descriptors for a path deeper than its limit.
+    dir_fd = pinned.open_dir(home_path)
     try:
+        owner = os.fstat(dir_fd).st_uid
         for part in parts[:-1]:
-            fds.append(pinned.open_dir(part, fds[-1]))
+            child = pinned.open_dir(part, dir_fd)
+            os.close(dir_fd)
+            dir_fd = child
         try:
             fd = os.open(
                 parts[-1],
                 os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                dir_fd=fds[-1],
+                dir_fd=dir_fd,
             )
         except OSError as exc:
             raise UnsafePathError(
@@ -206,7 +212,6 @@ def read_in_home(
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise UnsafePathError(f"artifact {path} is not a regular file")
-            owner = os.fstat(fds[0]).st_uid
             if st.st_uid != owner:
                 raise UnsafePathError(
                     f"artifact {path} belongs to uid {st.st_uid}, not to the conversation's "
@@ -223,5 +228,4 @@ def read_in_home(
         finally:
             os.close(fd)
     finally:
-        for d in fds:
-            os.close(d)
+        os.close(dir_fd)
