@@ -17,7 +17,7 @@ import json
 import logging
 import warnings
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -28,7 +28,7 @@ from telegram.warnings import PTBUserWarning
 
 from bridge import rules
 from bridge.errors import AdapterError
-from bridge.model import Inbound
+from bridge.model import Inbound, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import AdapterContext, DeliveryError, PressResult, PressStatus, SubmitStatus
 from bridge.prompts import issued
 from bridge.store import StoreError
@@ -90,7 +90,9 @@ class TelegramAdapter:
         self._addressed_albums: OrderedDict[str, None] = OrderedDict()  # see ALBUMS_KEPT
         self._moves: ChatMoves | None = None  # groups upgraded to supergroups (moves.py)
         self._unreadable: dict[int, str] = {}  # polled updates PTB cannot build (_get_updates)
-        self._settles: set[asyncio.Task[None]] = set()  # polled presses' edits (_on_callback)
+        # calls made beside the core, waited for (briefly) at shutdown: polled presses'
+        # edits (_on_callback), words to a sender the core does not take (_tell)
+        self._settles: set[asyncio.Task[None]] = set()
 
     @property
     def surface(self) -> TelegramSurface:
@@ -196,7 +198,7 @@ class TelegramAdapter:
             self._offset_writer = None
 
     async def shutdown(self) -> None:
-        if self._settles:  # pressed messages' edits need the bot's connection too
+        if self._settles:  # they need the bot's connection too
             await asyncio.wait(self._settles, timeout=SETTLE_GRACE_S)
             for task in self._settles:
                 task.cancel()
@@ -293,6 +295,10 @@ class TelegramAdapter:
         if isinstance(result, convert.Ignored):
             log.info("telegram: update %d %s: %s", update.update_id, result.outcome, result.reason)
             metrics.labels("telegram", result.outcome).inc()
+            if result.tell is not None:
+                self._beside(
+                    self._tell(update.update_id, result), f"telegram-tell-{update.update_id}"
+                )
             return None
         if result.part_of is not None:  # its other parts are let in too (see to_inbound)
             self._addressed(result.part_of)
@@ -393,9 +399,34 @@ class TelegramAdapter:
             await settle  # only this update's 200 waits for it
             return
         # polled, the batch behind the press (every chat's messages) would wait for the edit
-        task = asyncio.create_task(settle, name=f"telegram-settle-{query.id}")
+        self._beside(settle, f"telegram-settle-{query.id}")
+
+    def _beside(self, call: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(call, name=name)
         self._settles.add(task)
         task.add_done_callback(self._settles.discard)
+
+    async def _tell(self, update_id: int, ignored: convert.Ignored) -> None:
+        """Say why a message the core does not take gets no answer, quoting it in a group
+        (an error, as a refused run is said). Best effort: not stored, not retried."""
+        assert ignored.tell is not None and ignored.target is not None
+        chat, topic = int(ignored.target["chat_id"]), ignored.target.get("thread_id")
+        target = ReplyTarget(
+            surface="telegram",
+            thread_key=convert.thread_key(chat, int(topic) if topic is not None else None),
+            context=dict(ignored.target),
+        )
+        try:
+            await self._surface.send(
+                target, Outgoing(ReplyKind.ERROR, ignored.tell), reply_key=f"told:{update_id}"
+            )
+        except DeliveryError as exc:
+            log.info(
+                "telegram: could not tell chat %s why update %d is ignored: %s",
+                chat,
+                update_id,
+                exc,
+            )
 
     async def _settle_press(
         self, query_id: str, message: Message, data: str, result: PressResult

@@ -22,6 +22,7 @@ which the core's character count cannot see) is not cut inside a word.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import re
 from collections.abc import Collection, Sequence
 from collections.abc import Set as AbstractSet
@@ -599,6 +600,17 @@ def normalize_ids(values: Collection[int | str]) -> frozenset[str]:
 class Ignored:
     outcome: str  # the messages metric's outcome label: "ignored" | "denied"
     reason: str
+    # said in the chat (best effort, not stored) when the sender would otherwise wait for
+    # an answer that never comes; ``target`` is where (a ReplyTarget's context)
+    tell: str | None = None
+    target: dict[str, int | bool | str] | None = None
+
+
+ANONYMOUS_TEXT = (
+    "🙈 I can't answer messages sent anonymously or on behalf of a channel: my buttons and "
+    "/stop belong to the person who asked. Please write from your own account (for a group "
+    'admin: turn off "Remain anonymous").'
+)
 
 
 def thread_key(chat_id: int, thread_id: int | None) -> str:
@@ -769,6 +781,33 @@ def display_name(user: User) -> str:
     return user.full_name or user.username or str(user.id)
 
 
+def _on_behalf_of_a_chat(message: Message, rules: Rules, keyed_on: int | None) -> Ignored:
+    """Ignored; told so when it was sent to the bot (a mention, a reply to it, one of its
+    commands) anonymously or as a channel by someone in an allowed chat, who would
+    otherwise wait for an answer. A channel's automatic forward is never told."""
+    ignored = Ignored("ignored", "sent on behalf of a chat, not by a person")
+    chat, user = message.chat, message.from_user
+    if message.is_automatic_forward or user is None:
+        return ignored
+    if not rules.user_allowed(user, chat.id, chat.username, keyed_on):
+        return ignored
+    text = message.text or message.caption or ""
+    command = _command_target(text.lstrip())
+    ours = command is not None and (
+        (command[1] or "").lower() == rules.bot_username.lower()
+        or (command[1] is None and parse_command(command[0]) is not None)
+    )
+    if not (ours or _mentions_bot(message, rules) or _replies_to_bot(message, rules)):
+        return ignored
+    target: dict[str, int | bool | str] = {"chat_id": chat.id, "message_id": message.message_id}
+    topic = topic_id(message)
+    if topic is not None:
+        target["thread_id"] = topic
+    if chat.type in SHARED_CHAT_TYPES:
+        target["shared"] = True
+    return dataclasses.replace(ignored, tell=ANONYMOUS_TEXT, target=target)
+
+
 def album_of(message: Message) -> str | None:
     """The album (media group) a message is one part of, as ``chat:media_group_id``."""
     group = message.media_group_id
@@ -790,14 +829,14 @@ def to_inbound(
     ``addressed_albums``: albums (:func:`album_of`) one part of which addressed the bot in a
     group; their other parts (a caption mentions the bot only on the first) are let in too.
     """
-    user = message.from_user
-    if user is None or user.is_bot:
-        return Ignored("ignored", "sent by a bot or on behalf of a chat")
     if message.sender_chat is not None or message.is_automatic_forward:
         # a channel's post copied into its discussion group (from "Telegram", 777000, not a
-        # bot), or a message sent as a channel or anonymously as the group: no person to
-        # answer, to bind buttons to, or to count a run against
-        return Ignored("ignored", "sent on behalf of a chat, not by a person")
+        # bot), or a message sent as a channel or anonymously as the group (from Telegram's
+        # stand-in bots): no person to answer, to bind buttons to, or to count a run against
+        return _on_behalf_of_a_chat(message, rules, keyed_on)
+    user = message.from_user
+    if user is None or user.is_bot:
+        return Ignored("ignored", "sent by a bot")
     chat = message.chat
     first = chat.id if keyed_on is None else keyed_on
     if not rules.user_allowed(user, chat.id, chat.username, keyed_on):
