@@ -180,10 +180,10 @@ def read_in_home(
     home_real = os.path.realpath(home_path)
     target = path if os.path.isabs(path) else os.path.join(home_path, path)
     rel = os.path.relpath(os.path.normpath(target), os.path.normpath(home_path))
-    if rel.startswith("..") or os.path.isabs(rel):
+    if _leaves(rel):
         # The runner may report a path through the home's real location.
         rel = os.path.relpath(os.path.normpath(target), home_real)
-        if rel.startswith("..") or os.path.isabs(rel):
+        if _leaves(rel):
             raise UnsafePathError(f"artifact {path} is outside the conversation's home")
     parts = [p for p in rel.split(os.sep) if p not in ("", ".")]
     if not parts:
@@ -229,3 +229,8 @@ def read_in_home(
             os.close(fd)
     finally:
         os.close(dir_fd)
+
+
+def _leaves(rel: str) -> bool:
+    """Whether a normalised relative path climbs out (``..`` as a step, not ``..notes``)."""
+    return os.path.isabs(rel) or rel == os.pardir or rel.startswith(os.pardir + os.sep)
