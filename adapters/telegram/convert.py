@@ -210,10 +210,61 @@ def broken_after_blocks(markdown: str) -> str:
     return out.decode()
 
 
+# a bare web address as GitHub finds one in text (its extended autolinks); what ends it
+BARE_URL = re.compile(rb"(?<![\w@])https?://[^\s<>|`\\]+")
+URL_TAIL = b"?!.,:;*_~'\""  # trailing punctuation, not part of the address
+NOT_TEXT = frozenset({"Code", "InlineHtml", "Html", "InlineMath", "DisplayMath"})
+NOT_TEXT_BLOCKS = frozenset({"CodeBlock", "Link", "Image", "HtmlBlock"})
+
+
+def bare_urls(markdown: str) -> str:
+    """``markdown`` with each bare web address in its text made an autolink (``<url>``).
+
+    The converter has no extended autolinks, so a bare ``https://…/pkg/__init__.py`` was
+    read as Markdown: ``__init__`` in bold, the underscores gone, and Telegram linked the
+    address that was left, which does not exist. Written as an autolink it is shown and
+    linked as it is. Addresses in code, links and raw HTML are left alone; punctuation that
+    ends a sentence, and a closing parenthesis the address did not open, stay outside it.
+    """
+    if "://" not in markdown:
+        return markdown
+    raw = markdown.encode()
+    skip: list[tuple[int, int]] = []  # byte ranges that are not text: code, links, HTML
+    for payload, where in pyromark.events_with_range(markdown, options=PARSE_OPTIONS):
+        if not isinstance(payload, dict):
+            continue
+        event: Any = payload
+        opened = event.get("Start")
+        if NOT_TEXT & event.keys() or _name(opened) in NOT_TEXT_BLOCKS:
+            skip.append((where["start"], where["end"]))
+    skip.sort()
+    starts = [a for a, _ in skip]
+    out = bytearray()
+    last = 0
+    for m in BARE_URL.finditer(raw):
+        start, end = m.start(), m.end()
+        k = bisect.bisect_right(starts, start) - 1
+        if k >= 0 and start < skip[k][1]:
+            continue
+        while end > start and (
+            raw[end - 1] in URL_TAIL
+            or (raw[end - 1] == 0x29 and raw.count(b")", start, end) > raw.count(b"(", start, end))
+        ):
+            end -= 1
+        if end - start <= len(b"https://"):
+            continue
+        out += raw[last:start] + b"<" + raw[start:end] + b">"
+        last = end
+    if not last:
+        return markdown
+    out += raw[last:]
+    return out.decode()
+
+
 def render(markdown: str, limit: int = MAX_MESSAGE) -> list[Part]:
     """Markdown as Telegram messages of at most ``limit`` UTF-16 units each."""
     markdown = markdown.replace("\r\n", "\n").replace("\r", "\n")
-    source = broken_after_blocks(readable_links(literal_html(markdown)))
+    source = broken_after_blocks(readable_links(literal_html(bare_urls(markdown))))
     text, entities = telegramify_markdown.convert(source, config=RENDER_CONFIG)
     if not text.strip():
         fallback = markdown.strip() or "…"
