@@ -168,7 +168,9 @@ class Homes:
             if home.isolated:
                 self._hand_over(home, chats_fd)
             try:
-                home_fd = pinned.ensure_dir(chats_fd, home.name, dir_mode, uid, op_gid)
+                home_fd = pinned.ensure_dir(
+                    chats_fd, home.name, dir_mode, uid, op_gid, drop_acl=True
+                )
             except UnsafePathError as exc:
                 raise UnsafePathError(
                     f"{home.path} is a symbolic link or not a directory; move it away and "
@@ -216,7 +218,7 @@ class Homes:
     @staticmethod
     def _subdir(home: Home, home_fd: int, sub: str, mode: int, uid: int, gid: int) -> None:
         try:
-            os.close(pinned.ensure_dir(home_fd, sub, mode, uid, gid))
+            os.close(pinned.ensure_dir(home_fd, sub, mode, uid, gid, drop_acl=True))
         except UnsafePathError:
             # The conversation replaced it with a link or file: never follow, say so.
             log.warning("%s/%s is not a directory (link or file); left alone", home.path, sub)

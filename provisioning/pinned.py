@@ -160,12 +160,18 @@ def _chmod_pinned(fd: int, mode: int, name: str) -> bool:
 
 
 def ensure_dir(
-    dir_fd: int, name: str, mode: int, uid: int | None = None, gid: int | None = None
+    dir_fd: int,
+    name: str,
+    mode: int,
+    uid: int | None = None,
+    gid: int | None = None,
+    *,
+    drop_acl: bool = False,
 ) -> int:
     """Create (or repair) directory ``name`` in ``dir_fd`` with owner and exact mode.
 
     Returns an open descriptor of it (the caller closes it). Ownership is set before the
-    mode, because chown clears the setgid bit.
+    mode, because chown clears the setgid bit. ``drop_acl``: see :func:`set_owner_and_mode`.
     """
     try:
         os.mkdir(name, mode & 0o777, dir_fd=dir_fd)
@@ -173,17 +179,56 @@ def ensure_dir(
         pass
     fd = open_dir(name, dir_fd)
     try:
-        set_owner_and_mode(fd, mode, uid, gid)
+        set_owner_and_mode(fd, mode, uid, gid, drop_acl=drop_acl)
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def set_owner_and_mode(fd: int, mode: int, uid: int | None, gid: int | None) -> bool:
-    """fchown (when it differs) then fchmod (when it differs); True when anything changed."""
+ACL_XATTRS = ("system.posix_acl_access", "system.posix_acl_default")
+_NO_ACL = (errno.ENODATA, errno.EOPNOTSUPP)  # none there; a file system without ACLs
+
+
+def drop_acls(fd: int) -> bool:
+    """Remove the POSIX ACLs (access and default) of the inode ``fd`` opens; True if any.
+
+    With an access ACL a mode's group bits are only its mask: the owning group's own entry
+    (``---``, say) and named entries (another account's ``r-x``) decide, unseen by a stat.
+    """
+    dropped = False
+    for name in ACL_XATTRS:
+        try:
+            os.removexattr(fd, name)
+        except OSError as exc:
+            if exc.errno not in _NO_ACL:
+                raise
+        else:
+            dropped = True
+    return dropped
+
+
+def has_acl(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` itself (never a link's target) has a POSIX ACL."""
+    try:
+        names = os.listxattr(path, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in _NO_ACL:
+            return False
+        raise
+    return any(name in ACL_XATTRS for name in names)
+
+
+def set_owner_and_mode(
+    fd: int, mode: int, uid: int | None, gid: int | None, *, drop_acl: bool = False
+) -> bool:
+    """fchown (when it differs) then fchmod (when it differs); True when anything changed.
+
+    With ``drop_acl`` any POSIX ACL goes first, so that the exact mode is the whole of who
+    may do what (a conversation's own directories: it can set an ACL on what it owns).
+    """
+    changed = drop_acls(fd) if drop_acl else False
     st = os.fstat(fd)
-    changed = False
     want_uid = st.st_uid if uid is None else uid
     want_gid = st.st_gid if gid is None else gid
     if (st.st_uid, st.st_gid) != (want_uid, want_gid):

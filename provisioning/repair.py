@@ -98,14 +98,21 @@ def repair(
             else:
                 uid, gid, mode = owner_uid, None, PRIVATE_DIR_MODE
             report.homes += 1
-            if not _already(st, mode, uid, gid):  # most homes: nothing to open at start
+            try:
+                # most homes: nothing to open at start (an ACL, which a stat does not show,
+                # is the home's own to set: it could shut the operators out)
+                due = not _already(st, mode, uid, gid) or pinned.has_acl(home_path)
+            except OSError as exc:
+                _fail(report.top, f"{home_path}: {exc.strerror}")
+                continue
+            if due:
                 try:
                     with pinned.opened_dir(entry.name, chats_fd) as home_fd:
                         if isolated:  # before the home changes hands: see handover.py
                             handover.mark_if_adopted(
                                 home_fd, str(home_path), uid=uid, gateway_uid=owner_uid
                             )
-                        if pinned.set_owner_and_mode(home_fd, mode, uid, gid):
+                        if pinned.set_owner_and_mode(home_fd, mode, uid, gid, drop_acl=True):
                             report.top.changed += 1
                 except (OSError, ProvisioningError) as exc:
                     _fail(report.top, f"{root.layout.chats / entry.name}: {exc}")
