@@ -48,6 +48,26 @@ async def wait_until(
         await asyncio.sleep(0.02)
 
 
+def run_events(fake_dir: Path) -> list[dict[str, Any]]:
+    """Every event the fake runner logged in ``fake_dir`` (one log per process), in order."""
+    events = [
+        json.loads(line)
+        for path in fake_dir.glob("run-*.log")
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+    return sorted(events, key=lambda e: e["t"])
+
+
+def run_starts(fake_dir: Path, conversation_prefix: str = "") -> list[dict[str, Any]]:
+    """The runs the fake runner started (of conversations named ``conversation_prefix…``)."""
+    return [
+        r
+        for r in run_events(fake_dir)
+        if r["event"] == "start" and r["conversation"].startswith(conversation_prefix)
+    ]
+
+
 def gateway_env(
     root: Path, fake_dir: Path, uid_range: tuple[int, int], **extra: str
 ) -> dict[str, str]:
@@ -115,20 +135,10 @@ class Client:
         return found
 
     def runs(self) -> list[dict[str, Any]]:
-        events = [
-            json.loads(line)
-            for path in self.fake_dir.glob("run-*.log")
-            for line in path.read_text().splitlines()
-            if line.strip()
-        ]
-        return sorted(events, key=lambda e: e["t"])
+        return run_events(self.fake_dir)
 
     def starts(self, conversation_prefix: str = "") -> list[dict[str, Any]]:
-        return [
-            r
-            for r in self.runs()
-            if r["event"] == "start" and r["conversation"].startswith(conversation_prefix)
-        ]
+        return run_starts(self.fake_dir, conversation_prefix)
 
     def release(self, name: str) -> None:
         (self.fake_dir / f"release-{name}").touch()

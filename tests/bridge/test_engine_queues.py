@@ -3,7 +3,6 @@ line that cannot be written, and what an idle conversation leaves in memory."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ import plain_surface
 import pytest
 from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
+from gateway_harness import run_starts as starts
 
 from bridge.model import Inbound, InboxState
 from bridge.store import PromptRecord, SqliteStore
@@ -33,16 +33,6 @@ def inbound(event_id: str, text: str, *, thread: str = KEY, user: str = "u1") ->
     return Inbound(
         platform="plain", event_id=event_id, thread_key=thread, sender_id=user, text=text
     )
-
-
-def starts(fake_dir: Path) -> list[dict[str, object]]:
-    events = [
-        json.loads(line)
-        for path in fake_dir.glob("run-*.log")
-        for line in path.read_text().splitlines()
-        if line.strip()
-    ]
-    return sorted((e for e in events if e["event"] == "start"), key=lambda e: e["t"])
 
 
 async def test_a_message_sent_after_new_runs_in_the_new_conversation(

@@ -9,7 +9,6 @@ for, its answer given up unsent.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import plain_surface
 import pytest
 from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
+from gateway_harness import run_starts as starts
 
 from bridge.model import Inbound, InboxState, Outgoing, ReplyTarget
 from bridge.ports import AdapterContext, AdapterSpec, ChatGone
@@ -57,16 +57,6 @@ def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[
     e["JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS"] = "1"
     yield e
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
-
-
-def starts(fake_dir: Path) -> list[dict[str, object]]:
-    events = [
-        json.loads(line)
-        for path in fake_dir.glob("run-*.log")
-        for line in path.read_text().splitlines()
-        if line.strip()
-    ]
-    return [e for e in events if e["event"] == "start"]
 
 
 def inbound(event_id: str, thread: str, text: str) -> Inbound:
