@@ -12,8 +12,6 @@ own (the run contract) asks for one approval; every wait is bounded.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,30 +21,11 @@ import pytest
 from accounts_support import remove_accounts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters" / "slack"))
+from approval_support import REASON, ask, use_approval_runner
 from fake_slack_api import FakeSlackApi
 from gateway_harness import running_gateway, wait_until
 from slack_support import APP_TOKEN, BOT_TOKEN, slack_env
 from test_slack import event, mention, posted_ts, posts, seen
-
-from bridge.runner.cli import shared_interpreter
-
-RUNNER = """\
-import json, os, sys
-sys.stdin.readline()
-with open(os.path.join(os.environ["FAKE_DIR"], "approval.json")) as fh:
-    asked = json.load(fh)
-event = {"type": "approval_required", "toolCallId": "call-1", **asked}
-sys.stderr.write(json.dumps(event) + "\\n")
-sys.stderr.flush()
-line = sys.stdin.readline()
-verdict = "approved" if line.strip() and json.loads(line).get("approved") else "rejected"
-envelope = {"ok": True, "answer": "the patch was " + verdict, "costUSD": 0.0,
-            "costKnown": False, "toolCalls": [], "artifacts": [],
-            "tokenUsage": {"promptTokens": 1, "completionTokens": 1, "totalTokens": 2}}
-sys.stdout.write(json.dumps(envelope) + "\\n")
-"""
-
-REASON = "the agent was told rejected."
 
 
 @pytest.fixture
@@ -62,11 +41,7 @@ def env(
     tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeSlackApi
 ) -> Iterator[dict[str, str]]:
     e = slack_env(tmp_path / "root", fake_dir, uid_range, fake)
-    runner = fake_dir / "approval_runner.py"
-    runner.write_text(RUNNER)
-    os.chmod(runner, 0o755)
-    e["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps([shared_interpreter(), str(runner)])
-    e["JAZZ_BRIDGE_LIMITS__PROMPT_WAIT_S"] = "1"
+    use_approval_runner(e, fake_dir)
     yield e
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
@@ -84,8 +59,7 @@ async def test_the_expiry_reason_of_an_approval_with_a_long_tool_name_arrives_wh
         "message": "Apply the patch below to the billing service. " * 30,
         "preview": "\n".join(f"-    rate = tax_rate_v1(order, {i})" for i in range(80)),
     }
-    (fake_dir / "approval.json").write_text(json.dumps(payload))
-    os.chmod(fake_dir / "approval.json", 0o644)
+    ask(fake_dir, payload)
     async with running_gateway(env) as (app, _client):
         root = "1764700000.000200"
         assert await event(app.port, mention("Ev0PATCH1", "patch it", ts=root)) == 200

@@ -14,8 +14,6 @@ bounded.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,30 +23,12 @@ import pytest
 from accounts_support import remove_accounts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters" / "telegram"))
+from approval_support import REASON, ask, use_approval_runner
 from gateway_harness import running_gateway, wait_until
 from tg_support import ADA, TOKEN, FakeBotApi, post, private_chat, telegram_env, update, utf16
 
-from bridge.runner.cli import shared_interpreter
-
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
 
-RUNNER = """\
-import json, os, sys
-sys.stdin.readline()
-with open(os.path.join(os.environ["FAKE_DIR"], "approval.json")) as fh:
-    asked = json.load(fh)
-event = {"type": "approval_required", "toolCallId": "call-1", **asked}
-sys.stderr.write(json.dumps(event) + "\\n")
-sys.stderr.flush()
-line = sys.stdin.readline()
-verdict = "approved" if line.strip() and json.loads(line).get("approved") else "rejected"
-envelope = {"ok": True, "answer": "the patch was " + verdict, "costUSD": 0.0,
-            "costKnown": False, "toolCalls": [], "artifacts": [],
-            "tokenUsage": {"promptTokens": 1, "completionTokens": 1, "totalTokens": 2}}
-sys.stdout.write(json.dumps(envelope) + "\\n")
-"""
-
-REASON = "the agent was told rejected."
 # what the prompt's messages hold (its header, the previews' lines)
 MARKS = ("Approval needed", "tax_rate_v1", "print('")
 MESSAGE = ("Apply the patch below to the billing service; it renames the tax helpers. " * 21)[:1500]
@@ -67,19 +47,13 @@ def env(
     tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeBotApi
 ) -> Iterator[dict[str, str]]:
     e = telegram_env(tmp_path / "root", fake_dir, uid_range, fake)
-    runner = fake_dir / "approval_runner.py"
-    runner.write_text(RUNNER)
-    os.chmod(runner, 0o755)
-    e["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps([shared_interpreter(), str(runner)])
-    e["JAZZ_BRIDGE_LIMITS__PROMPT_WAIT_S"] = "1"
+    use_approval_runner(e, fake_dir)
     yield e
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
-def ask(fake_dir: Path, message: str, preview: str) -> None:
-    payload = {"toolName": "apply_patch", "message": message, "preview": preview}
-    (fake_dir / "approval.json").write_text(json.dumps(payload))
-    os.chmod(fake_dir / "approval.json", 0o644)
+def ask_patch(fake_dir: Path, message: str, preview: str) -> None:
+    ask(fake_dir, {"toolName": "apply_patch", "message": message, "preview": preview})
 
 
 async def expire_unanswered(env: dict[str, str], fake: FakeBotApi) -> dict[str, Any]:
@@ -118,7 +92,7 @@ async def test_the_expiry_reason_of_a_full_approval_arrives_whole(
     env: dict[str, str], fake: FakeBotApi, fake_dir: Path
 ) -> None:
     preview = "\n".join(f"-    rate = tax_rate_v1(order, {i})" for i in range(80))[:2500]
-    ask(fake_dir, MESSAGE, preview)
+    ask_patch(fake_dir, MESSAGE, preview)
     seen = await expire_unanswered(env, fake)
     assert "rejected" in seen["answer"].params["text"]
     assert len(seen["prompt"]) == 1, [c.params["text"][:60] for c in seen["prompt"]]
@@ -133,7 +107,7 @@ async def test_an_approval_with_emoji_is_one_message_and_its_expiry_edits_it(
     env: dict[str, str], fake: FakeBotApi, fake_dir: Path
 ) -> None:
     preview = "\n".join(f"+    print('🧾✅ total {i} 🎉🎉🎉')" for i in range(100))[:2500]
-    ask(fake_dir, MESSAGE, preview)
+    ask_patch(fake_dir, MESSAGE, preview)
     seen = await expire_unanswered(env, fake)
     prompt = seen["prompt"]
     # one message, the buttons on it (it was two, the buttons under the preview's end)
