@@ -144,6 +144,8 @@ def test_compose_yaml_is_valid_and_matches_the_image_and_the_unit() -> None:
     assert not service.get("environment"), "secrets go to the env file, not compose.yaml"
     test = service["healthcheck"]["test"]
     assert test[0] == "CMD" and any("/healthz" in part for part in test)
+    # the image's own check, which follows JAZZ_BRIDGE_SERVER__PORT (a fixed 8787 did not)
+    assert test[1:] == healthcheck_command()
     # the same capabilities as the systemd unit, nothing more
     assert service["cap_drop"] == ["ALL"]
     assert sorted("CAP_" + c for c in service["cap_add"]) == sorted(unit_caps())
