@@ -277,8 +277,8 @@ def cmd_repair(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Ad
         _dump(data)
     else:
         _out(
-            f"repaired {data['homes']} home(s): checked {data['checked']}, changed "
-            f"{data['changed']}, skipped {data['skipped']}, failed {data['failed']}"
+            f"repaired {data['homes']} home(s): {data['checked']} entries checked, "
+            f"{data['changed']} changed, {data['skipped']} skipped, {data['failed']} failed"
         )
         for err in report.top.errors + report.deep.errors:
             _out(f"  failed: {err}")
