@@ -58,7 +58,7 @@ from .modes import (
     REPAIR_MARKER,
     group_reads_like_owner,
 )
-from .walk import CHANGED, SKIPPED, UNCHANGED, TreeWalk, WalkReport, drop_marker
+from .walk import CHANGED, SKIPPED, UNCHANGED, TreeWalk, WalkReport, drop_marker, shown
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ class _HandoverWalk(TreeWalk):
             self._name(
                 "%s has %d links (a hard link, maybe to a file outside the home): left the "
                 "gateway's, not handed to uid %d",
-                path,
+                shown(path),
                 st.st_nlink,
                 self.uid,
             )
@@ -234,7 +234,7 @@ class _HandoverWalk(TreeWalk):
         self.result.special += 1
         self._name(
             "%s is not a regular file or directory (%s): left the gateway's, not handed to uid %d",
-            f"{where}/{entry.name}",
+            shown(f"{where}/{entry.name}"),
             stat.filemode(st.st_mode),
             self.uid,
         )

@@ -85,10 +85,30 @@ class WalkReport:
         }
 
     def fail(self, where: str, why: str) -> None:
-        """Count one failure and keep its message (while there is room)."""
+        """Count one failure and keep its message (while there is room).
+
+        ``where`` holds names a conversation chose: shown escaped (:func:`shown`), so a
+        newline or a terminal escape in one never reaches an operator's screen as such.
+        """
         self.failed += 1
         if len(self.errors) < MAX_ERRORS:
-            self.errors.append(f"{where}: {why}")
+            self.errors.append(f"{shown(where)}: {why}")
+
+
+def shown(text: str) -> str:
+    """``text`` with what is not printable escaped: ``\\n``, ``\\x1b``, and ``\\xff`` for a
+    byte that is not UTF-8 (a surrogate ``os.fsdecode`` made of it)."""
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char.isprintable():
+            out.append(char)
+        elif "\udc80" <= char <= "\udcff":
+            out.append(f"\\x{ord(char) - 0xDC00:02x}")
+        else:
+            out.append(ascii(char)[1:-1])
+    return "".join(out)
 
 
 def _why(exc: OSError) -> str:
