@@ -211,7 +211,12 @@ class SecretMasker(logging.Filter):
         _freeze(record)  # the masked text is what gets printed
         record.msg = self.mask(record.msg)
         for key, value in extra_fields(record).items():
-            setattr(record, key, self._mask_value(value))
+            try:
+                masked = self._mask_value(value)
+            except Exception:  # no text (a str() that raises, a list holding itself): a
+                # raise here would end the writer thread, and every later line with it
+                masked = f"<unprintable {type(value).__name__}>"
+            setattr(record, key, masked)
         if record.exc_text:
             record.exc_text = self.mask(record.exc_text)
         if record.stack_info:
