@@ -11,10 +11,13 @@ A home made single-account (the gateway's) that an isolated root now gives to an
 handed over first (:mod:`provisioning.handover`): what the gateway's runs left in it becomes
 the account's, before the home directory itself changes hands.
 
-The first ``ensure`` of a home in a process also applies the home repair (the deep walk of
-:mod:`provisioning.walk`, honouring its marker): the gateway's start only does the shallow
-entrypoint repair, so whatever a conversation loosened or planted while the gateway was
-down is dealt with here, before that conversation's next run.
+Every ``ensure`` puts the home, its standard directories, ``gnupg`` and ``config.json`` back
+to their exact modes (ACLs dropped). The first ``ensure`` of a home in a process also
+applies the home repair, the deep walk of :mod:`provisioning.walk`, unless the home's marker
+says a walk under the current rule already ran: a home is walked deeply once (and again
+after a restore, a handover or ``repair --deep --force``), not at every start. What a
+conversation loosens inside its own home afterwards stays as it is: no other conversation
+can pass its home's ``2750``, only the operators' group.
 """
 
 from __future__ import annotations
