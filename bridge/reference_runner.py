@@ -43,7 +43,8 @@ write is a failure naming it before anything else happens. Directives steer it (
 line or inline, each starting a word with ``!``; an argument runs to the end of the line or
 the next directive):
 
-  !help            list the directives
+  !directives      list the directives (``!help`` too, where the chat lets it through:
+                   Slack's adapter takes ``!help`` for the gateway's own ``/help``)
   !tools N         N pretend tool calls (tool events and the envelope's toolCalls)
   !subagent        a sub-agent start/complete pair
   !delay S         work S seconds (float), a text_chunk/usage_update every 0.2 s
@@ -108,7 +109,7 @@ ALWAYS = frozenset(  # the prompts that need a person come whatever --events ask
 )
 POLICIES = ("read-only", "low-risk", "high-risk")
 DIRECTIVES = (
-    ("help", "", "list the directives"),
+    ("directives", "", "list the directives (also `!help`, except on Slack)"),
     ("tools", "N", "N pretend tool calls (events and the envelope's toolCalls)"),
     ("subagent", "", "a sub-agent start/complete pair"),
     ("delay", "S", "work S seconds, with progress events every 0.2 s"),
@@ -681,7 +682,7 @@ class Run:
         return answers
 
     # -- directives -------------------------------------------------------------------------
-    def do_help(self, _rest: str) -> None:
+    def do_directives(self, _rest: str) -> None:
         lines = [f"**{NOT_AN_AI}**", "", "It answers by echoing. Directives in a message:", ""]
         lines += [
             f"- `!{name}{' ' + arg if arg else ''}`: {what}" for name, arg, what in DIRECTIVES
@@ -941,7 +942,9 @@ class Run:
 
     # -- the turn ---------------------------------------------------------------------------
     def handlers(self) -> dict[str, Callable[[str], None]]:
-        return {name: getattr(self, "do_" + name.replace("-", "_")) for name, _, _ in DIRECTIVES}
+        found = {name: getattr(self, "do_" + name.replace("-", "_")) for name, _, _ in DIRECTIVES}
+        found["help"] = self.do_directives  # Slack's adapter takes it for the gateway's /help
+        return found
 
     def turn(self) -> None:
         self.out.event("stream_start", model="reference (not an AI)", agent=self.args.agent)
@@ -953,7 +956,8 @@ class Run:
         for name, rest in directives(self.prompt):
             handler = handlers.get(name)
             if handler is None:
-                self.notes.append(f"unknown directive !{name} ignored (send !help for the list)")
+                note = f"unknown directive !{name} ignored (send !directives for the list)"
+                self.notes.append(note)
             else:
                 handler(rest)
         answer = self.answer_override if self.answer_override is not None else self.default()
@@ -975,7 +979,7 @@ class Run:
         turns = sum(1 for h in self.history if h["role"] == "user")
         quoted = quote(self.prompt)
         lines = [
-            f"**{NOT_AN_AI}** It only echoes (send `!help` for what it can pretend).",
+            f"**{NOT_AN_AI}** It only echoes (send `!directives` for what it can pretend).",
             "",
             "You said:",
             "",
