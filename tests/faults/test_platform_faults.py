@@ -23,6 +23,7 @@ printed, not failed). Progress edits may be dropped. Every message runs once.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -177,6 +178,28 @@ async def test_answers_are_delivered_once_through_platform_faults(
             "jazz_bridge_replies_total", {"surface": "telegram", "result": "resent_unconfirmed"}
         )
     assert not failed and not failed_tg, "a reply was given up on"
+    # the faults did happen: on each platform, tries of answers failed (a predicate that
+    # never matched, e.g. an answer sent under another field, would leave the test checking
+    # a fault-free run)
+    for calls, method, text_of, ok in (
+        (slack.calls, "chat.postMessage", lambda c: c.args.get("markdown_text"), lambda c: True),
+        (telegram.calls, "sendMessage", lambda c: c.params.get("text"), lambda c: c.answered),
+    ):
+        hit = [c for c in calls if c.method == method and is_answer(text_of(c))]
+        assert any(c.status != 200 or not ok(c) for c in hit), f"no {method} of an answer failed"
+    if fault == "429":  # Retry-After (1 s) was waited out before the next try of an answer
+        for calls, method, text_of in (
+            (slack.calls, "chat.postMessage", lambda c: c.args.get("markdown_text")),
+            (telegram.calls, "sendMessage", lambda c: c.params.get("text")),
+        ):
+            texts = {text_of(c) for c in calls if c.method == method and is_answer(text_of(c))}
+            for text in texts:
+                tries = [c for c in calls if c.method == method and text_of(c) == text]
+                for limited, after in itertools.pairwise(tries):
+                    if limited.status != 429:
+                        continue
+                    gap = after.at - limited.at
+                    assert gap >= 0.95, f"{method} retried {gap:.2f}s after a Retry-After: 1"
     commit = fault.endswith("-commit")
     extra_copies = 0
     for name in prompts:
