@@ -733,6 +733,7 @@ def test_home_names_are_safe_for_any_thread_key(
 ) -> None:
     chats = tmp_path / "chats"
     tried = Counter[str]()
+    named: dict[str, str] = {}  # every name made so far -> the key it was made of
 
     @settings(max_examples=EXAMPLES * 8, deadline=None, database=None)
     @given(key=keys)
@@ -748,12 +749,15 @@ def test_home_names_are_safe_for_any_thread_key(
         assert len(name) <= naming.PREFIX_MAX + 1 + naming.HASH_HEX
         assert naming.is_home_name(name)
         assert naming.home_name(key) == name  # deterministic
+        # different keys, different homes: a name two keys share gives one conversation
+        # another's files (the hash is of the whole key, not of the cleaned-up prefix)
+        assert named.setdefault(name, key) == key, f"{key!r} and {named[name]!r} share {name}"
         assert (chats / name).resolve().parent == chats.resolve()
         account = naming.account_name(f"{tmp_path}\0{name}")
         assert naming.ACCOUNT_NAME_RE.match(account) and len(account) <= naming.ACCOUNT_NAME_MAX
 
     one()
-    # different keys, different names (the hash is of the whole key)
+    # different keys, different names, also where their cleaned-up prefixes are the same
     assert naming.home_name("slack:T:C:1.2") != naming.home_name("slack:T:C:1-2")
     with capsys.disabled():
         print(
