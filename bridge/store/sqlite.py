@@ -81,6 +81,14 @@ _MIGRATIONS = (
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 
+# Made at every open when missing (no schema version: an older jazz-bridge just keeps them).
+# Without them every "a run (a reply) of this message?" scanned the whole table: prune, on
+# a store of a few months, held the write lock for minutes.
+_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS runs_by_message ON runs (message_id)",
+    "CREATE INDEX IF NOT EXISTS replies_by_message ON replies (message_id)",
+)
+
 # Primary result codes that mean "this file is not a readable database" (as opposed to
 # "locked", "cannot open", "disk full", which must never make us move a database aside).
 _UNREADABLE_CODES = frozenset({sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT})
@@ -534,6 +542,8 @@ class SqliteStore(Store):
             # Migrations from older versions, each inside this transaction.
             for migration in _MIGRATIONS[version - 1 :]:
                 conn.execute(migration)
+            for index in _INDEXES:
+                conn.execute(index)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
