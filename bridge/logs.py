@@ -37,6 +37,7 @@ import os
 import queue
 import re
 import stat
+import sys
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any, Literal, cast
@@ -351,11 +352,42 @@ class CappedFileHandler(logging.handlers.RotatingFileHandler):
     ``jazz-bridge`` process writing the same file is noticed at the next line, which goes
     into a new file at the path, as ``WatchedFileHandler`` does: the open file would
     otherwise take every later line (a removed one filling the disk unseen).
+
+    A file that cannot be written (its disk full) is said once on stderr, naming it and why,
+    and once more when it takes lines again, not with logging's traceback for every line
+    (some 25 lines of noise each, around the lines themselves on stderr). The open file is
+    dropped at a failed write, with what its buffer held of the lost lines: written later,
+    that would glue a torn line to the next one.
     """
+
+    _failing: str | None = None  # why the file could not be written, said once
+    _failed_now = False
 
     def emit(self, record: logging.LogRecord) -> None:
         self._reopen_if_replaced()
-        super().emit(record)
+        self._failed_now = False
+        super().emit(record)  # a failure comes back through handleError
+        if self._failing is not None and not self._failed_now:
+            self._failing = None
+            _say(f"jazz-bridge: the log file {self.baseFilename} is written again")
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            super().handleError(record)
+            return
+        self._failed_now = True
+        stream, self.stream = self.stream, None  # a fresh one next line, its buffer empty
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()  # the descriptor too, even when its last flush fails
+        why = exc.strerror or str(exc)
+        if why != self._failing and logging.raiseExceptions:
+            _say(
+                f"jazz-bridge: warning: cannot write the log file {self.baseFilename} ({why}): "
+                "its lines are lost until it can be written again (stderr still has them)"
+            )
+        self._failing = why
 
     def _open(self) -> io.TextIOWrapper:
         """The file, made ``LOG_FILE_MODE`` whatever the umask (and an existing one of ours
@@ -369,6 +401,8 @@ class CappedFileHandler(logging.handlers.RotatingFileHandler):
             opener=_private_opener,
         )
         _strip_other_bits(stream.fileno())
+        if self._failing is not None and _ends_torn(self.baseFilename):
+            stream.write("\n")  # the line a failed write cut stays apart from the next
         return cast(io.TextIOWrapper, stream)  # a text mode: open gives a TextIOWrapper
 
     def _reopen_if_replaced(self) -> None:
@@ -399,6 +433,25 @@ class CappedFileHandler(logging.handlers.RotatingFileHandler):
         super().doRollover()
         if self.backupCount == 0 and os.path.isfile(self.baseFilename):
             os.truncate(self.baseFilename, 0)  # the stream appends: it writes from 0 again
+
+
+def _ends_torn(path: str) -> bool:
+    """Whether the file at ``path`` ends inside a line (a write cut short by a full disk)."""
+    try:
+        with open(path, "rb") as file:
+            if file.seek(0, os.SEEK_END) == 0:
+                return False
+            file.seek(-1, os.SEEK_END)
+            return file.read(1) != b"\n"
+    except OSError:
+        return False
+
+
+def _say(line: str) -> None:
+    """One line to stderr, outside logging (about the log itself)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 def _private_opener(path: str, flags: int) -> int:
