@@ -85,7 +85,11 @@ STOP_AFTER_RESTART_TEXT = (
 )
 NEW_WITH_TEXT = (
     "🆕 Started a fresh conversation: the agent won't remember earlier messages; what you "
-    "wrote after /new is its first message. Files in this conversation's home stay."
+    "sent with /new is its first message. Files in this conversation's home stay."
+)
+FILES_WITH_COMMAND_TEXT = (
+    "📎 The file sent with this command was not read by the agent: send it again as a "
+    "message of its own."
 )
 PASSED_ON_TEXT = (
     "Your answer reached the agent just before the gateway restarted; the run it answered "
@@ -465,10 +469,15 @@ class Engine:
         home = naming.home_name(inbound.thread_key)
         command = parse_command(inbound.text)
         starts_epoch = command is not None and command.command is Command.NEW
-        fresh_question = starts_epoch and command is not None and bool(command.argument)
+        fresh_question = (
+            starts_epoch
+            and command is not None
+            and (bool(command.argument) or bool(inbound.attachments))
+        )
         if fresh_question:
-            # "/new what is 2+2": the fresh conversation starts with the question (kept as
-            # an ordinary message of the new epoch: queued, run, answered exactly once)
+            # "/new what is 2+2" (or a file captioned "/new"): the fresh conversation starts
+            # with it (kept as an ordinary message of the new epoch: queued, run, answered
+            # exactly once)
             assert command is not None
             inbound = dataclasses.replace(inbound, text=command.argument)
             command = None
@@ -823,6 +832,8 @@ class Engine:
             text = status
         else:
             text = await self._stop_command(msg, slot)
+        if msg.attachments:  # a file captioned with a command: said, not silently dropped
+            text += f"\n\n{FILES_WITH_COMMAND_TEXT}"
         await self._finish_message(msg, InboxState.DONE, f"command-{command.value}", text)
 
     async def _status_text(self, msg: MessageRecord, slot: ConversationSlot) -> str:
