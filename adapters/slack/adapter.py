@@ -62,6 +62,8 @@ SLASH_HELP = (
     "(in a DM, on the DM's own), and `/jazz new <message>` starts the fresh one with it; "
     "`/jazz help` shows this."
 )
+# said only to the person (an ephemeral message, a command's ack), as Telegram's alert says it
+NOT_ALLOWED_TEXT = "You are not allowed to use this bot."
 
 
 @dataclass(frozen=True)
@@ -540,16 +542,20 @@ class SlackAdapter:
         if not user or not channel or not isinstance(value, str) or not value:
             log.info("slack: ignored a block action without user, channel or value")
             return None
+        target = ReplyTarget(surface=PLATFORM, thread_key=f"slack:{team}:{channel}", context={})
         if not self._allowed(user_team, channel, user):
-            log.info("slack: ignored a press by %s in %s (not allowed)", user, channel)
+            # told, as on Telegram: a button that silently does nothing reads as broken
+            log.info("slack: refused a press by %s in %s (not allowed)", user, channel)
             self._count("denied")
-            return None
+            denied = {"channel": channel, "user": user, "text": NOT_ALLOWED_TEXT}
+            if thread_ts:
+                denied["thread_ts"] = str(thread_ts)
+            return PressAnswer(target, None, None, False, denied)
         result = await self.ctx.gateway.press(
             value, user, is_operator=user in self._operators, actor_name=f"<@{user}>"
         )
         answered = result.status is PressStatus.OK
         stale = result.status is PressStatus.EXPIRED and issued(value)
-        target = ReplyTarget(surface=PLATFORM, thread_key=f"slack:{team}:{channel}", context={})
         ref = resolved = None
         if (answered or stale) and result.resolved is not None and message_ts:
             ref, resolved = f"{channel}:{message_ts}", result.resolved
@@ -611,7 +617,7 @@ class SlackAdapter:
                 "slack: ignored /jazz %s from %s in %s/%s (not allowed)", word, user, team, channel
             )
             self._count("denied")
-            await ack()
+            await ack(NOT_ALLOWED_TEXT)  # only they see a command's ack
             return None
         found = await self._command_conversation(team, channel, body)
         if found is None:
