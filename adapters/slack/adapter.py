@@ -31,7 +31,7 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
-from slack_sdk.errors import SlackClientError
+from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bridge import rules
@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 PLATFORM = "slack"
 SOCKET_CONNECT_CALLS = 2  # Socket Mode gets this many api_timeout_s to connect at start
 EVENTS_PATH = "/slack/events"
+# auth.test errors that say the bot token itself is no good (wrong, revoked, uninstalled)
+REJECTED_TOKEN = frozenset(
+    {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
+)
 PERSON_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
 CHECK_FILE_INFO = "check_file_info"  # a file sent with only its id: files.info has the rest
 THREAD_COMMANDS = re.compile(r"^\s*!(new|status|stop|help)(?=\s|$)", re.IGNORECASE)
@@ -289,6 +293,15 @@ class SlackAdapter:
         try:
             auth = await self.client.auth_test()
             self._bot_user_id = auth.get("user_id")
+        except SlackApiError as exc:
+            error = exc.response.get("error") if exc.response is not None else None
+            if error in REJECTED_TOKEN:  # no answer could ever be posted: not a start
+                raise AdapterError(
+                    f"slack.bot_token was refused by Slack (auth.test: {error}): set a valid "
+                    "xoxb- bot token of the installed app in slack.bot_token "
+                    "(JAZZ_BRIDGE_SLACK__BOT_TOKEN)"
+                ) from None
+            log.warning("slack auth.test failed (replies may fail too): %s", exc)
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.warning("slack auth.test failed (replies may fail too): %s", exc)
         if self.settings.mode == "socket":
