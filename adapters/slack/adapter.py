@@ -68,6 +68,7 @@ SLASH_HELP = (
 )
 # said only to the person (an ephemeral message, a command's ack), as Telegram's alert says it
 NOT_ALLOWED_TEXT = "You are not allowed to use this bot."
+PRESS_FAILED_TEXT = "Something went wrong; please try again."  # a press the core could not take
 
 
 @dataclass(frozen=True)
@@ -560,13 +561,17 @@ class SlackAdapter:
             # told, as on Telegram: a button that silently does nothing reads as broken
             log.info("slack: refused a press by %s in %s (not allowed)", user, channel)
             self._count("denied")
-            denied = {"channel": channel, "user": user, "text": NOT_ALLOWED_TEXT}
-            if thread_ts:
-                denied["thread_ts"] = str(thread_ts)
-            return PressAnswer(target, None, None, False, denied)
-        result = await self.ctx.gateway.press(
-            value, user, is_operator=user in self._operators, actor_name=f"<@{user}>"
-        )
+            return PressAnswer(
+                target, ephemeral=_ephemeral(channel, user, NOT_ALLOWED_TEXT, thread_ts)
+            )
+        try:
+            result = await self.ctx.gateway.press(
+                value, user, is_operator=user in self._operators, actor_name=f"<@{user}>"
+            )
+        except Exception:  # a store that cannot write (a full disk), a bug: said, as on Telegram
+            log.exception("slack: a press by %s in %s failed", user, channel)
+            failed = _ephemeral(channel, user, PRESS_FAILED_TEXT, thread_ts)
+            return PressAnswer(target, ephemeral=failed)
         answered = result.status is PressStatus.OK
         stale = result.status is PressStatus.EXPIRED and issued(value)
         ref = resolved = None
@@ -574,9 +579,7 @@ class SlackAdapter:
             ref, resolved = f"{channel}:{message_ts}", result.resolved
         ephemeral: dict[str, Any] | None = None
         if result.text and not (answered and resolved is not None):  # an edit says it all
-            ephemeral = {"channel": channel, "user": user, "text": result.text}
-            if thread_ts:
-                ephemeral["thread_ts"] = str(thread_ts)
+            ephemeral = _ephemeral(channel, user, result.text, thread_ts)
         if ref is None and ephemeral is None:
             return None
         return PressAnswer(target, ref, resolved, stale, ephemeral)
@@ -695,6 +698,14 @@ def _sender_team(event: dict[str, Any], team: str) -> str:
         if isinstance(value, str) and value:
             return value
     return team
+
+
+def _ephemeral(channel: str, user: str, text: str, thread_ts: Any) -> dict[str, Any]:
+    """chat.postEphemeral's arguments: ``text`` to ``user`` only, in the pressed thread."""
+    args: dict[str, Any] = {"channel": channel, "user": user, "text": text}
+    if thread_ts:
+        args["thread_ts"] = str(thread_ts)
+    return args
 
 
 def _obj(value: Any) -> dict[str, Any]:
