@@ -39,6 +39,7 @@ from bridge.errors import AdapterError
 from bridge.model import Attachment, Inbound, Outgoing, ReplyTarget
 from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatus
 from bridge.prompts import issued
+from bridge.store import StoreError, StoreFull
 
 from . import guard
 from .spec import SLASH_COMMAND, SlackSettings, check
@@ -68,6 +69,8 @@ SLASH_HELP = (
 )
 # said only to the person (an ephemeral message, a command's ack), as Telegram's alert says it
 NOT_ALLOWED_TEXT = "You are not allowed to use this bot."
+NOT_STORED_FULL = "The gateway's disk is full: this was NOT stored or done; send it again later."
+NOT_STORED = "The gateway cannot store this right now: it was NOT done; send it again."
 PRESS_FAILED_TEXT = "Something went wrong; please try again."  # a press the core could not take
 
 
@@ -654,7 +657,12 @@ class SlackAdapter:
             is_operator=user in self._operators,
             target=target,
         )
-        result = await self.ctx.gateway.submit(inbound)
+        try:
+            result = await self.ctx.gateway.submit(inbound)
+        except StoreError as exc:  # Slack never sends a command again: said, as the web chat's
+            log.error("slack: /jazz %s not stored: %s", word, exc)
+            await ack(NOT_STORED_FULL if isinstance(exc, StoreFull) else NOT_STORED)
+            return None
         if result.status is SubmitStatus.REFUSED:
             await ack("The gateway is restarting; try again in a minute.")
             return None
