@@ -4,8 +4,9 @@
 other ``/word`` is not a command: it goes to the agent as text.
 
 The help is one text for every surface, so it names the form each one lets through: Slack
-keeps a message that starts with ``/`` for its own slash commands (in a thread ``/new`` is
-refused by Slack's client and never sent), and its adapter takes ``!new`` for ``/new``.
+keeps a message that starts with ``/`` for its own slash commands (in a thread or a DM
+``/new`` is refused by Slack's client and never sent), and its adapter takes ``!new`` for
+``/new``.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def parse_command(text: str) -> ParsedCommand | None:
 HELP_TEXT = """\
 **jazz-bridge**: this thread is one conversation with a Jazz agent, with its own files.
 
-Write a message and the agent answers here. Commands (in a Slack thread, where Slack \
-keeps `/` for its own, start them with `!` instead: `!new`, `!status`, `!stop`, `!help`):
+Write a message and the agent answers here. Commands (on Slack, which keeps every \
+message starting with `/` for its own, start them with `!` instead: `!new`, `!status`, \
+`!stop`, `!help`):
 - `/new`: start a fresh conversation (the agent forgets earlier messages; files stay); \
 `/new <message>` starts it with that message
 - `/status`: what is running, how many messages wait, the last run's cost
