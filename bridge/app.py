@@ -160,10 +160,10 @@ class GatewayApp:
         # modes or recreate accounts under a running gateway before it is refused
         state = Layout(Path(self.settings.root)).state
         if state.is_dir():
-            self._instance_lock = _lock_root(state)
+            self._instance_lock = lock_root(state)
         self.provisioned = await asyncio.to_thread(provision, self.settings)
         if self._instance_lock is None:  # a new root: its state directory exists now
-            self._instance_lock = _lock_root(self.provisioned.root.layout.state)
+            self._instance_lock = lock_root(self.provisioned.root.layout.state)
         self.store = SqliteStore(self.provisioned.root.layout.database)
         await self.store.open()
         backend = await asyncio.to_thread(
@@ -290,7 +290,7 @@ def _adapter_step(name: str, step: str) -> Iterator[None]:
         ) from None
 
 
-def _lock_root(state: Path) -> int:
+def lock_root(state: Path) -> int:
     """Hold ``state/gateway.lock``: one gateway per root.
 
     A second ``serve`` on the same root would take the first one's running messages for

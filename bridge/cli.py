@@ -196,14 +196,19 @@ def cmd_serve(
 ) -> int:
     from provisioning.layout import Layout
 
-    from .app import serve
+    from .app import lock_root, serve
 
     _refuse_foreign_directory(settings)
     host, port = settings.server.host, settings.server.port
-    if not Layout(settings.root.absolute()).state.is_dir():
-        # a new root: no root made for a gateway that cannot listen (on an existing one, a
-        # second serve is told by the root's lock, which names the gateway holding it)
-        _check_address(host, port)
+    state = Layout(settings.root.absolute()).state
+    if state.is_dir():
+        # a second serve is told by the root's lock, which names the gateway holding it,
+        # rather than by the port that gateway holds
+        os.close(lock_root(state))
+    # No root made, and no store touched, for a gateway that cannot listen: the recovery
+    # would requeue the messages left accepted, and the failed start's stop tell each one
+    # "shutting down, send again" before a single run of it (at every systemd restart).
+    _check_address(host, port)
 
     async def main() -> None:
         stop = asyncio.Event()
