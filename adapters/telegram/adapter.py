@@ -388,7 +388,7 @@ class TelegramAdapter:
         finally:
             try:  # every callback query is answered, or the button spins
                 await self.bot.answer_callback_query(
-                    query.id, text=text[:MAX_TOAST] or None, show_alert=alert
+                    query.id, text=_toast(text) or None, show_alert=alert
                 )
             except TelegramError as exc:
                 log.info("telegram: answerCallbackQuery failed: %s", exc)
@@ -657,3 +657,15 @@ def _barrier(update: Update) -> bool:
     return update.callback_query is not None or (
         message is not None and bool(message.migrate_to_chat_id or message.migrate_from_chat_id)
     )
+
+
+def _toast(markdown: str) -> str:
+    """A press's answer (Markdown, as the core's messages are) as the plain text a toast
+    shows: what the message would read (``Approved `bash` `` without its backticks)."""
+    if not markdown:
+        return ""
+    try:
+        plain = convert.first_part(markdown).text.strip()
+    except Exception:  # a toast is a courtesy: the raw text rather than none
+        plain = markdown
+    return plain[:MAX_TOAST]
