@@ -85,7 +85,7 @@ STOP_AFTER_RESTART_TEXT = (
 )
 NEW_WITH_TEXT = (
     "🆕 Started a fresh conversation: the agent won't remember earlier messages; what you "
-    "sent with /new is its first message. Files in this conversation's home stay."
+    "sent with the command is its first message. Files in this conversation's home stay."
 )
 FILES_WITH_COMMAND_TEXT = (
     "📎 The file sent with this command was not read by the agent: send it again as a "
