@@ -292,8 +292,8 @@ class SlackAdapter:
         app.action(re.compile(r".*"))(self._on_action)  # old buttons too: "expired"
         app.command(SLASH_COMMAND)(self._on_command)
         self._app = app
-
-    async def start(self) -> None:
+        # here, before the gateway's recovery requeues anything: a start refused later would
+        # stop the runs it had just begun
         try:
             auth = await self.client.auth_test()
             self._bot_user_id = auth.get("user_id")
@@ -308,6 +308,8 @@ class SlackAdapter:
             log.warning("slack auth.test failed (replies may fail too): %s", exc)
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.warning("slack auth.test failed (replies may fail too): %s", exc)
+
+    async def start(self) -> None:
         if self.settings.mode == "socket":
             from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
