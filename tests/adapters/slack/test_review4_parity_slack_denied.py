@@ -12,18 +12,14 @@ The real gateway, bolt and AsyncWebClient against the fake Slack Web API.
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from accounts_support import remove_accounts
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bridge"))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "slack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
 from fake_slack_api import FakeSlackApi
 from gateway_harness import running_gateway, use_reference_runner, wait_until
-from slack_support import APP_TOKEN, BOT_TOKEN, slack_env
 from test_slack import (
     ADA,
     CHANNEL,
@@ -42,23 +38,12 @@ from test_slack import (
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeSlackApi]:
-    api = FakeSlackApi(BOT_TOKEN, app_token=APP_TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
-def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeSlackApi
-) -> Iterator[dict[str, str]]:
-    env = slack_env(tmp_path / "root", fake_dir, uid_range, fake)
+def env(env: dict[str, str], fake_dir: Path) -> dict[str, str]:
+    """The Slack modules' environment, the reference runner, and only Ada allowed."""
     use_reference_runner(env, fake_dir)
     env.pop("JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE")
     env["JAZZ_BRIDGE_SLACK__ALLOWED_USERS"] = f'["{ADA}"]'
-    yield env
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+    return env
 
 
 def slash(text: str, user: str) -> bytes:

@@ -17,16 +17,16 @@ import sys
 from pathlib import Path
 from urllib.parse import urlencode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bridge"))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "slack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_review4_parity_slack_press_failure as full_disk
 from fake_slack_api import FakeSlackApi
 from gateway_harness import running_gateway
 from test_slack import ADA, DM, TEAM, event, send, vector, wait_post
 
-# the fixtures of the press test: the fake Slack API, the gateway's environment, the tmpfs
-fake, env, tiny_state = full_disk.fake, full_disk.env, full_disk.tiny_state
+# the fixtures of the press test: the gateway's environment (this directory's conftest
+# has the fake Slack API), the tmpfs
+env, tiny_state = full_disk.env, full_disk.tiny_state
 fill, refuses_writes = full_disk.fill, full_disk.refuses_writes
 
 

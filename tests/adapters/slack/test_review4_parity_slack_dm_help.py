@@ -12,34 +12,12 @@ The real gateway and Slack adapter against the fake Slack Web API.
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import pytest
-from accounts_support import remove_accounts
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bridge"))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "slack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
 from fake_slack_api import FakeSlackApi
 from gateway_harness import running_gateway
-from slack_support import APP_TOKEN, BOT_TOKEN, slack_env
 from test_slack import DM, event, message, wait_post
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlackApi]:
-    api = FakeSlackApi(BOT_TOKEN, app_token=APP_TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
-def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeSlackApi
-) -> Iterator[dict[str, str]]:
-    yield slack_env(tmp_path / "root", fake_dir, uid_range, fake)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 async def test_the_help_in_a_slack_dm_says_to_start_commands_with_a_bang(

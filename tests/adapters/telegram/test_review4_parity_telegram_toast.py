@@ -12,45 +12,24 @@ The real gateway and python-telegram-bot against the fake Bot API, the reference
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from accounts_support import remove_accounts
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bridge"))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "telegram"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
 from gateway_harness import running_gateway, wait_until
 from tg_support import (
     ADA,
-    TOKEN,
     FakeBotApi,
     buttons,
     post,
     press,
     private_chat,
-    telegram_env,
     update,
     wait_sent,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    api = FakeBotApi(TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
-def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeBotApi
-) -> Iterator[dict[str, str]]:
-    yield telegram_env(tmp_path / "root", fake_dir, uid_range, fake)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 async def test_the_toast_of_an_approval_reads_as_the_message_does(

@@ -16,33 +16,21 @@ from __future__ import annotations
 import errno
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from accounts_support import IS_ROOT, remove_accounts
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bridge"))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "slack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
 from fake_slack_api import FakeSlackApi
 from gateway_harness import Client, running_gateway, use_reference_runner, wait_until
-from slack_support import APP_TOKEN, BOT_TOKEN, slack_env
 from test_slack import ADA, action, buttons, event, mention, posted_ts, press_payload, wait_post
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeSlackApi]:
-    api = FakeSlackApi(BOT_TOKEN, app_token=APP_TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
-def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeSlackApi
-) -> dict[str, str]:
-    env = slack_env(tmp_path / "root", fake_dir, uid_range, fake)
+def env(env: dict[str, str], fake_dir: Path) -> dict[str, str]:
+    """The Slack modules' environment with the reference runner."""
     use_reference_runner(env, fake_dir)
     return env
 
