@@ -12,36 +12,22 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from accounts_support import remove_accounts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_slack_api import FakeSlackApi
 from gateway_harness import running_gateway, wait_until
-from slack_support import APP_TOKEN, BOT_TOKEN, slack_env
 from test_slack import event, mention, posts, seen, wait_post
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeSlackApi]:
-    api = FakeSlackApi(BOT_TOKEN, app_token=APP_TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
-def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeSlackApi
-) -> Iterator[dict[str, str]]:
-    e = slack_env(tmp_path / "root", fake_dir, uid_range, fake)
-    e["JAZZ_BRIDGE_ISOLATION"] = "off"
-    e.pop("JAZZ_BRIDGE_RUNNER__COMMAND", None)  # the bundled reference runner
-    yield e
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+def env(env: dict[str, str]) -> dict[str, str]:
+    """The Slack modules' environment (conftest), single-account, the bundled runner."""
+    env["JAZZ_BRIDGE_ISOLATION"] = "off"
+    env.pop("JAZZ_BRIDGE_RUNNER__COMMAND", None)  # the bundled reference runner
+    return env
 
 
 def _texts(fake: FakeSlackApi, contains: str) -> list[str]:
