@@ -14,6 +14,7 @@ import difflib
 import json
 import os
 import re
+import stat
 import tomllib
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -111,6 +112,33 @@ def _http_url(value: str) -> str:
     return value
 
 
+def _not_blank_template(value: Any) -> Any:
+    if isinstance(value, str) and not value.strip():
+        # Path("") is ".": the working directory would seed every new home
+        raise ValueError("is empty: name the template directory, or leave the key out for none")
+    return _no_tilde(value)
+
+
+def _existing_directory(value: Path) -> Path:
+    """A directory that is there, named by the path itself (not through a link: nothing in
+    or at a home template is followed; see provisioning.template)."""
+    try:
+        st = os.lstat(value)
+    except FileNotFoundError:
+        raise ValueError(
+            f"{value} does not exist: make the directory (config.json, agents/) or fix the path"
+        ) from None
+    except OSError as exc:
+        raise ValueError(f"{value} cannot be looked at ({exc.strerror or exc})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise ValueError(
+            f"{value} is a symbolic link: name the real directory ({os.path.realpath(value)})"
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{value} is not a directory")
+    return value
+
+
 # a platform's or the daemon's base address
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
 # a bearer token people set by hand: never empty nor short (SecretStr, printed masked)
@@ -119,6 +147,10 @@ Token = Annotated[SecretStr, AfterValidator(_not_blank_token)]
 DirPath = Annotated[Path, BeforeValidator(_not_blank_path)]
 # a file setting: never empty (the working directory), never ~/...
 FilePath = Annotated[Path, BeforeValidator(_not_blank_file)]
+# a directory that must exist at load: never empty, never ~/..., never a link
+ExistingDir = Annotated[
+    Path, BeforeValidator(_not_blank_template), AfterValidator(_existing_directory)
+]
 
 
 class Section(BaseModel):
@@ -136,6 +168,8 @@ class RunnerSettings(Section):
     backend: Literal["cli", "daemon"] = "cli"
     command: list[str] | None = None  # default: `jazz` on PATH, else the reference runner
     agent: str = "default"
+    # seeds each new conversation's home: config.json, agents/, personas/ (README)
+    home_template: ExistingDir | None = None
     approval_policy: Literal["read-only", "low-risk", "high-risk"] = "low-risk"
     timeout_s: float = Field(default=900.0, gt=0)
     kill_grace_s: float = Field(default=3.0, ge=0, le=30)

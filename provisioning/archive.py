@@ -581,7 +581,12 @@ def _safe_parts(member: tarfile.TarInfo, name: str) -> list[str] | None:
 def _link_stays_inside(parts: list[str], target: str, home: Path, personas: Path) -> bool:
     if target.startswith("/"):
         normal = posixpath.normpath(target)
-        return normal == str(personas) or normal == str(home) or normal.startswith(f"{home}/")
+        return (
+            normal == str(personas)
+            or posixpath.dirname(normal) == str(personas)  # one shared persona (.jazz/personas)
+            or normal == str(home)
+            or normal.startswith(f"{home}/")
+        )
     depth = len(parts) - 1  # relative: must never climb above the home
     for part in target.split("/"):
         if part == "..":

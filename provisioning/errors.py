@@ -48,3 +48,8 @@ class IsolationUnavailable(ProvisioningError):
 
 class UnsafePathError(ProvisioningError):
     """A path inside a home is a link or otherwise not what it must be; nothing was followed."""
+
+
+class TemplateError(ProvisioningError):
+    """A new home could not be seeded from ``runner.home_template`` (unreadable, not a
+    directory, a write into the home failed); the home is seeded at its next ensure."""

@@ -56,6 +56,7 @@ from .modes import (
     HANDOVER_MARKER_MODE,
     PRIVATE_DIR_MODE,
     REPAIR_MARKER,
+    TEMPLATE_MARKER,
     group_reads_like_owner,
 )
 from .walk import CHANGED, SKIPPED, UNCHANGED, TreeWalk, WalkReport, drop_marker, shown
@@ -163,7 +164,7 @@ def hand_over(
 
 
 class _HandoverWalk(TreeWalk):
-    top_skip = frozenset({HANDOVER_MARKER, REPAIR_MARKER})
+    top_skip = frozenset({HANDOVER_MARKER, REPAIR_MARKER, TEMPLATE_MARKER})
 
     def __init__(self, report: WalkReport, home: str, gateway_uid: int, uid: int, gid: int) -> None:
         super().__init__(report)

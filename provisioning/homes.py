@@ -11,6 +11,11 @@ A home made single-account (the gateway's) that an isolated root now gives to an
 handed over first (:mod:`provisioning.handover`): what the gateway's runs left in it becomes
 the account's, before the home directory itself changes hands.
 
+A new home (its first ``ensure``) is seeded from the operator's home template when one is
+configured (``runner.home_template``: :mod:`provisioning.template`), before any run sees it;
+nothing a home already has is ever replaced. At every ``ensure`` the shared personas are also
+linked into ``.jazz/personas``, where the released Jazz CLI reads them.
+
 Every ``ensure`` puts the home, its standard directories, ``gnupg`` and ``config.json`` back
 to their exact modes (ACLs dropped). The first ``ensure`` of a home in a process also
 applies the home repair, the deep walk of :mod:`provisioning.walk`, unless the home's marker
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import archive, handover, naming, pinned
+from . import template as seeding
 from .accounts import Account, AccountRegistry, current_account
 from .errors import ProvisioningError, UnsafePathError
 from .layout import RootInfo
@@ -81,13 +87,21 @@ class Homes:
     """Makes homes for one root, isolated (an account each) or single-account."""
 
     def __init__(
-        self, root: RootInfo, *, isolated: bool, registry: AccountRegistry | None = None
+        self,
+        root: RootInfo,
+        *,
+        isolated: bool,
+        registry: AccountRegistry | None = None,
+        template: Path | None = None,
     ) -> None:
+        """``template``: the directory (``runner.home_template``) that seeds each new home
+        (:mod:`provisioning.template`); None: new homes start empty but for the layout."""
         if isolated and registry is None:
             registry = AccountRegistry(root.layout, root.operator_gid)
         self.root = root
         self.isolated = isolated
         self.registry = registry
+        self.template = None if template is None else Path(os.path.abspath(template))
         self._walked: set[str] = set()  # homes whose deep walk ran in this process
         self._walked_lock = threading.Lock()
 
@@ -168,6 +182,7 @@ class Homes:
         sub_mode = HOME_SUBDIR_MODE if home.isolated else PRIVATE_DIR_MODE
         file_mode = CONFIG_FILE_MODE if home.isolated else PRIVATE_FILE_MODE
         with pinned.opened_dir(layout.chats) as chats_fd:
+            seed = self.template is not None and seeding.is_new(chats_fd, home.name)
             if home.isolated:
                 self._hand_over(home, chats_fd)
             try:
@@ -180,6 +195,8 @@ class Homes:
                     "run jazz-bridge homes ensure again"
                 ) from exc
         try:
+            if seed:  # before anything is in it: a crash from here on is finished next time
+                seeding.mark_pending(home_fd, str(home.path))
             for sub in HOME_SUBDIRS:
                 self._subdir(home, home_fd, sub, sub_mode, uid, op_gid)
             self._subdir(
@@ -191,7 +208,25 @@ class Homes:
                 own_gid if home.isolated else op_gid,
             )
             self._personas_link(home_fd, str(layout.personas))
+            if self.template is not None and seeding.pending(home_fd):
+                # before config.json's default: the template's own lands instead
+                seeding.seed(
+                    self.template,
+                    home_fd,
+                    str(home.path),
+                    uid=uid,
+                    gid=op_gid,
+                    isolated=home.isolated,
+                )
             self._config(home, home_fd, file_mode, uid, op_gid)
+            seeding.link_shared_personas(
+                home_fd,
+                str(home.path),
+                layout.personas,
+                uid=uid,
+                gid=op_gid,
+                isolated=home.isolated,
+            )
         finally:
             os.close(home_fd)
 

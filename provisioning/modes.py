@@ -75,3 +75,6 @@ CONFIG_FILE = "config.json"
 REPAIR_MARKER = ".permissions-repaired"
 HANDOVER_MARKER = ".handover-pending"  # gateway-owned while a home's handover is unfinished
 HANDOVER_MARKER_MODE = 0o0600  # rw-------
+TEMPLATE_MARKER = ".template-pending"  # gateway-owned while a new home's seeding is unfinished
+TEMPLATE_MARKER_MODE = 0o0600  # rw-------
+TEMPLATE_PERSONAS = (".jazz", "personas")  # where a home's personas are for the released CLI

@@ -159,6 +159,41 @@ def _chmod_pinned(fd: int, mode: int, name: str) -> bool:
     return True
 
 
+RENAME_NOREPLACE = 1  # renameat2 flag: fail with EEXIST rather than replace the target
+
+
+def rename_noreplace(dir_fd: int, src: str, dst: str) -> bool:
+    """Rename ``src`` to ``dst``, both in ``dir_fd``, unless ``dst`` exists (any kind, a
+    link included); False when it does (nothing renamed: the caller removes ``src``).
+
+    ``renameat2(RENAME_NOREPLACE)``: atomic, never replaces nor follows anything. On a file
+    system (or libc) without it, ``linkat`` (which fails when ``dst`` exists and does not
+    follow ``src``) and then unlinking ``src``: the entry has two names for that moment.
+    """
+    renameat2 = getattr(_libc, "renameat2", None)
+    if renameat2 is not None:
+        res = renameat2(
+            ctypes.c_int(dir_fd),
+            ctypes.c_char_p(os.fsencode(src)),
+            ctypes.c_int(dir_fd),
+            ctypes.c_char_p(os.fsencode(dst)),
+            ctypes.c_uint(RENAME_NOREPLACE),
+        )
+        if res == 0:
+            return True
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            return False
+        if err not in (errno.ENOSYS, errno.EINVAL):
+            raise OSError(err, os.strerror(err), dst)
+    try:
+        os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        return False
+    os.unlink(src, dir_fd=dir_fd)
+    return True
+
+
 def ensure_dir(
     dir_fd: int,
     name: str,

@@ -109,6 +109,13 @@ def test_the_example_loads_and_its_commented_out_keys_are_valid_too(tmp_path: Pa
         for line in EXAMPLE.read_text().splitlines()
     )
     tomllib.loads(uncommented)
+    # a directory the loader requires to exist (runner.home_template): one that exists here
+    template = tmp_path / "home-template"
+    template.mkdir()
+    uncommented, found = re.subn(
+        r'(?m)^home_template = ".*?"', f'home_template = "{template}"', uncommented
+    )
+    assert found == 1
     full = tmp_path / "full.toml"
     full.write_text(uncommented)
     load_settings(full, adapter_sections=sections, environ={})
