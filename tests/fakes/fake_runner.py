@@ -63,6 +63,7 @@ def main() -> int:
         "prompt": prompt,
         "t": time.monotonic(),
         "env": sorted(os.environ),
+        "home": os.environ.get("JAZZ_HOME"),
     }
     log(record)
     words = prompt.split()
