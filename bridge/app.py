@@ -14,6 +14,7 @@ import fcntl
 import gc
 import logging
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,18 +27,20 @@ from provisioning.errors import LayoutError
 from provisioning.homes import Homes
 from provisioning.layout import Layout, RootInfo, init_root, untraversable_ancestor
 from provisioning.modes import STATE_FILE_MODE
+from provisioning.private_proc import proc_hides_other_uids
 from provisioning.repair import repair
-from provisioning.sandbox import resolve_isolation
+from provisioning.sandbox import private_proc_unavailable, resolve_isolation
 
 from . import rules
 from .config import CoreSettings
-from .errors import AdapterError, BridgeError
+from .errors import AdapterError, BridgeError, ConfigError
 from .metrics import Metrics
 from .operators import OPS_SIZE_TTL_S, Operators
 from .ops import add_ops_routes
 from .ports import Adapter, AdapterContext, AdapterSpec
 from .retention import Sweeper
 from .runner import CliRunner, RunnerBackend, default_command
+from .runner.dialect import runner_profile
 from .server import build_app, make_runner
 from .store import SqliteStore, Store
 from .turns import Engine
@@ -110,15 +113,35 @@ def provision(settings: CoreSettings, *, repair_homes: bool = True) -> Provision
         report = repair(root, isolated=isolated, registry=registry)
         if not report.ok:
             log.warning("start-up repair had failures: %s", report.as_dict())
-    homes = Homes(root, isolated=isolated, registry=registry)
+    homes = Homes(
+        root, isolated=isolated, registry=registry, template=settings.runner.home_template
+    )
     return Provisioned(root, homes, registry, isolated)
 
 
-def make_backend(settings: CoreSettings, tools_dir: Path | None = None) -> RunnerBackend:
+def make_backend(
+    settings: CoreSettings,
+    tools_dir: Path | None = None,
+    *,
+    state_dir: Path | None = None,
+    isolated: bool = False,
+) -> RunnerBackend:
+    """The runner backend serve uses (blocking: it may ask the runner binary what it is).
+
+    Raises :class:`ConfigError` for a daemon backend whose ``jazz`` has no ``jazz daemon``.
+    """
     cfg = settings.runner
     if cfg.backend == "daemon":
         from .runner.daemon import DaemonRunner
 
+        if cfg.command or shutil.which("jazz"):  # the jazz that would serve the daemon here
+            command, _ = default_command(cfg.command, tools_dir)
+            profile = runner_profile(cfg, command, state_dir)
+            if not profile.has_daemon:
+                raise ConfigError(
+                    f'runner.backend = "daemon" needs `jazz daemon`, which {command[0]} '
+                    f'({profile.describe()}) does not have: set runner.backend = "cli"'
+                )
         return DaemonRunner(cfg)
     command, is_reference = default_command(cfg.command, tools_dir)
     if is_reference:
@@ -127,7 +150,33 @@ def make_backend(settings: CoreSettings, tools_dir: Path | None = None) -> Runne
             "runner (%s), which is NOT an AI; install jazz or set runner.command",
             " ".join(command),
         )
-    return CliRunner(command, kill_grace_s=cfg.kill_grace_s)
+    profile = runner_profile(cfg, command, state_dir)
+    log.info("runner %s: %s", command[0], profile.describe())
+    unavailable = private_proc_unavailable(isolated)
+    hidden = unavailable is None or (isolated and proc_hides_other_uids())
+    if not hidden:
+        log.warning(
+            "runs cannot start in a PID namespace of their own (%s): another conversation's "
+            "agent could read a run's command line in /proc%s",
+            unavailable,
+            "; the released Jazz CLI then gets each message on stdin, where it cannot take "
+            "approvals (a run that needs one is stopped and says why)"
+            if profile.released
+            else "",
+        )
+    if profile.released and settings.runner.home_template is None:
+        log.warning(
+            "runner.home_template is not set: the released Jazz CLI fails every run in a new "
+            "home with 'No agent found' (a home needs config.json and agents/%s.json)",
+            cfg.agent,
+        )
+    return CliRunner(
+        command,
+        kill_grace_s=cfg.kill_grace_s,
+        profile=profile,
+        private_proc=unavailable is None,
+        argv_hidden=hidden,
+    )
 
 
 class GatewayApp:
@@ -167,7 +216,11 @@ class GatewayApp:
         self.store = SqliteStore(self.provisioned.root.layout.database)
         await self.store.open()
         backend = await asyncio.to_thread(
-            make_backend, self.settings, self.provisioned.root.layout.tools
+            make_backend,
+            self.settings,
+            self.provisioned.root.layout.tools,
+            state_dir=self.provisioned.root.layout.state,
+            isolated=self.provisioned.isolated,
         )
         self.engine = Engine(
             self.settings, self.store, self.provisioned.homes, backend, self.metrics, {}

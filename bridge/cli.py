@@ -577,11 +577,18 @@ def cmd_config(
 def cmd_doctor(
     args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
 ) -> int:
+    from provisioning.layout import Layout
+
     from .doctor import config_checks, platform_checks, run_checks
     from .runner import default_command
+    from .runner.dialect import runner_profile
 
     command, _reference = default_command(settings.runner.command)
-    checks = config_checks(settings, specs) + run_checks(settings, command)
+    state = Layout(settings.root.absolute()).state
+    profile = runner_profile(
+        settings.runner, command, state if state.is_dir() else None, write=False
+    )
+    checks = config_checks(settings, specs) + run_checks(settings, command, profile=profile)
     checks += asyncio.run(platform_checks(settings, specs))
     if args.json:
         _dump([{"ok": c.ok, "warn": c.warn, "check": c.what, "fix": c.fix} for c in checks])

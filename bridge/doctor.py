@@ -38,13 +38,21 @@ from provisioning.modes import (
     STATE_DIR_MODE,
     TOOLS_DIR_MODE,
 )
-from provisioning.sandbox import DEFAULT_PATH, can_switch_users, resolve_isolation, setpriv_path
+from provisioning.private_proc import proc_hides_other_uids
+from provisioning.sandbox import (
+    DEFAULT_PATH,
+    can_switch_users,
+    private_proc_unavailable,
+    resolve_isolation,
+    setpriv_path,
+)
 
 from . import rules
 from .config import CoreSettings
 from .logs import SecretMasker, secret_values
 from .ports import AdapterSpec, DoctorCheck
 from .runner.cli import reference_copy
+from .runner.dialect import CliProfile
 
 PLATFORM_TIMEOUT_S = 30.0
 PROBE_UID = PROBE_GID = 65534  # nobody/nogroup: an identity no account, file or group is made for
@@ -120,7 +128,113 @@ def root_isolated(settings: CoreSettings, layout: Layout) -> bool:
     return resolve_isolation(settings.isolation) or os.path.exists(layout.uid_map)
 
 
-def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]:
+TEMPLATE_UNSET = (
+    "runner.home_template is not set: the released Jazz CLI fails every run in a new home "
+    "with 'No agent found'"
+)
+MAX_NAMED_LINKS = 5
+
+
+def home_template_checks(template: Path | None, agent: str, *, released_cli: bool) -> list[Check]:
+    """The home template (``runner.home_template``) new homes are seeded from.
+
+    OK when it has ``config.json`` and ``agents/<agent>.json``, both regular files (not
+    links) this process can read, ``config.json`` valid JSON; a WARN naming what is missing
+    otherwise, and one naming the links and special files in it (never copied). Unset, a
+    WARN only when ``released_cli`` (the released CLI cannot run in a home without them).
+    """
+    if template is None:
+        if not released_cli:
+            return []
+        fix = (
+            f"set runner.home_template to a directory with config.json and agents/{agent}.json "
+            "(see the README)"
+        )
+        return [Check(True, TEMPLATE_UNSET, fix, warn=True)]
+    what = f"home template {template} has config.json and agents/{agent}.json"
+    missing = [
+        problem
+        for rel, parse in (("config.json", True), (f"agents/{agent}.json", False))
+        if (problem := _template_file_problem(template, rel, parse)) is not None
+    ]
+    checks = [
+        Check(
+            True,
+            what,
+            "missing: " + "; ".join(missing) + " (new homes are seeded from it)",
+            warn=True,
+        )
+        if missing
+        else Check(True, what)
+    ]
+    skipped = _template_links(template)
+    if skipped:
+        shown = ", ".join(skipped[:MAX_NAMED_LINKS]) + (
+            f" and {len(skipped) - MAX_NAMED_LINKS} more" if len(skipped) > MAX_NAMED_LINKS else ""
+        )
+        checks.append(
+            Check(
+                True,
+                f"home template {template} holds only files and directories",
+                f"not copied into new homes (links are never followed): {shown}; put the "
+                "files themselves there",
+                warn=True,
+            )
+        )
+    return checks
+
+
+def _template_file_problem(template: Path, rel: str, parse: bool) -> str | None:
+    """What is wrong with ``template/rel`` as a file a new home needs (None: nothing)."""
+    path = template / rel
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"{rel} (no such file)"
+    except OSError as exc:
+        return f"{rel} ({exc.strerror or exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{rel} (a symbolic link, never copied: put the file itself there)"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{rel} (not a regular file)"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"{rel} (not readable by uid {os.geteuid()}: {exc.strerror or exc})"
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(1024 * 1024 + 1)
+    if parse:
+        try:
+            json.loads(data)
+        except ValueError as exc:
+            return f"{rel} (not valid JSON: {exc})"
+    return None
+
+
+def _template_links(template: Path) -> list[str]:
+    """The links, FIFOs, sockets and devices in ``template`` (relative paths), not followed."""
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(template, followlinks=False):
+        for name in [*dirnames, *filenames]:
+            path = os.path.join(dirpath, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                found.append(os.path.relpath(path, template))
+        if len(found) > 100:
+            break
+    return sorted(found)
+
+
+def run_checks(
+    settings: CoreSettings, runner_command: list[str], *, profile: CliProfile | None = None
+) -> list[Check]:
+    """Every check of the root, the homes and the runner. ``profile``: which CLI the runner
+    is (:mod:`.runner.dialect`); the released one needs a home template (see
+    :func:`home_template_checks`) and a private ``/proc`` for its runs."""
+    released_cli = profile is not None and profile.released
     layout = Layout(settings.root.absolute())
     checks = [_mode_check(layout.root, ROOT_MODE, "root")]
     checks.append(_mode_check(layout.chats, CHATS_MODE, "chats"))
@@ -209,7 +323,38 @@ def run_checks(settings: CoreSettings, runner_command: list[str]) -> list[Check]
                     "run jazz-bridge repair",
                 )
             )
-    return checks + runner_checks(settings, runner_command, isolated)
+    checks += home_template_checks(
+        settings.runner.home_template, settings.runner.agent, released_cli=released_cli
+    )
+    checks += runner_checks(settings, runner_command, isolated)
+    return checks + (cli_checks(settings, profile, isolated) if profile is not None else [])
+
+
+def cli_checks(settings: CoreSettings, profile: CliProfile, isolated: bool) -> list[Check]:
+    """Which Jazz CLI the runner is, and what serve can then do with it."""
+    checks = [Check(True, f"runner CLI: {profile.describe()}")]
+    if settings.runner.backend == "daemon" and not profile.has_daemon:
+        checks.append(
+            Check(
+                False,
+                'runner.backend = "daemon" has a `jazz daemon` to talk to',
+                'this jazz has no `jazz daemon`: set runner.backend = "cli"',
+            )
+        )
+    if profile.released:
+        unavailable = private_proc_unavailable(isolated)
+        hidden = unavailable is None or (isolated and proc_hides_other_uids())
+        checks.append(
+            Check(
+                True,
+                "runs' command lines are hidden from other conversations (approvals work)",
+                f"{unavailable}: each message then goes on stdin, where the released CLI "
+                "takes no approvals (allow user namespaces, or serve isolated as root under "
+                "a /proc mounted hidepid=invisible, e.g. systemd's ProtectProc=invisible)",
+                warn=not hidden,
+            )
+        )
+    return checks
 
 
 def _outsider_fix(gid: int) -> str:

@@ -1502,7 +1502,19 @@ class Engine:
                 self._reply(msg, f"interrupted:{msg.id}", Outgoing(ReplyKind.NOTICE, SHUTDOWN_TEXT))
             )
         elif result.ok:
-            body = result.answer if bubble else f"{closed(result.answer)}\n\n_{line}_"
+            body = result.answer
+            asked = result.flags.get("unasked_question")
+            if isinstance(asked, str) and asked.strip():
+                # the released CLI cannot ask the person: its ask tool gave the agent ""
+                question = " ".join(asked.split())
+                question = question if len(question) <= 500 else f"{question[:499]}…"
+                body = (
+                    f"{closed(body)}\n\n❓ The agent wanted to ask “{question}” but this Jazz "
+                    "CLI cannot ask in the chat, so it went on without an answer. You can "
+                    "reply with your answer in a new message."
+                )
+            if not bubble:
+                body = f"{closed(body)}\n\n_{line}_"
             # off the loop: a long answer takes a while to parse and split
             parts = await asyncio.to_thread(split_markdown, body, limit - 16)
             for i, part in enumerate(parts):
@@ -1562,9 +1574,20 @@ class Engine:
         return await self._retry.run(record, f"run {run.run_id} of {run.message.thread_key}")
 
 
+CONVERSATION_HASH_HEX = 20
+
+
 def conversation_name(thread_key: str, epoch: int) -> str:
-    """A run's ``RunRequest.conversation``: the thread and its epoch (``/new`` bumps it)."""
-    return f"{thread_key}#{epoch}"
+    """A run's ``RunRequest.conversation``: the thread and its epoch (``/new`` bumps it), as
+    an opaque id (``c-<hash>-<epoch>``). It goes on the runner's command line, and a raw
+    thread key there names the chat (a Slack channel, a Telegram user id) to anyone who can
+    list processes."""
+    return f"{conversation_prefix(thread_key)}{epoch}"
+
+
+def conversation_prefix(thread_key: str) -> str:
+    """What every :func:`conversation_name` of ``thread_key`` starts with."""
+    return f"c-{naming.key_hash(thread_key)[:CONVERSATION_HASH_HEX]}-"
 
 
 def _answered_prompt(
@@ -1641,8 +1664,13 @@ def _failure_text(result: RunResult, stopped_by: str | None) -> str:
         else ""
     )
     text = f"❌ The agent could not answer: {reason}{detail}."
-    if result.code in ("no_envelope", "bad_envelope") and result.stderr_tail:
-        tail = mask("\n".join(result.stderr_tail[-5:]))[-800:]  # masked whole, then cut
-        text += f"\n\n```\n{tail}\n```"
+    if result.code in ("no_envelope", "bad_envelope", "failed") and not result.stopped:
+        # the released CLI's provider failure has no error event: its stack trace on stderr
+        from .runner.envelope import useful_stderr
+
+        lines = useful_stderr(result.stderr_tail, result.error)
+        if lines:
+            tail = mask("\n".join(lines))[-800:]  # masked whole, then cut
+            text += f"\n\n```\n{tail}\n```"
     # what a runner printed goes to the chat: a key it was given (runner.extra_env) must not
     return mask(text)

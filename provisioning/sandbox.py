@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import pinned
+from . import private_proc as pidns
 from .errors import IsolationUnavailable, UnsafePathError
 from .homes import Home
 from .modes import ISOLATED_UMASK, PRIVATE_UMASK
@@ -64,9 +65,30 @@ DEFAULT_ENV_ALLOWLIST: tuple[str, ...] = (
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
+    # the released CLI's (0.14.2) other providers and its web-search tools
+    "LLAMACPP_*",
+    "MOONSHOT*",
+    "TOGETHER_AI*",
+    "FIREWORKS*",
+    "CEREBRAS*",
+    "ZHIPU*",
+    "ALIBABA*",
+    "MINIMAX*",
+    "AI_GATEWAY*",
+    "BRAVE_API_KEY",
+    "EXA_API_KEY",
+    "LINKUP_API_KEY",
+    "PARALLEL_API_KEY",
+    "PERPLEXITY_API_KEY",
+    "TAVILY_API_KEY",
     # Jazz's own switches
     "JAZZ_NO_TUI",
     "JAZZ_DISABLE_UPDATE_CHECK",
+    "JAZZ_DISABLE_CATCH_UP",
+    "JAZZ_DISABLE_KEYRING",
+    "JAZZ_CONFIG_PATH",
+    "JAZZ_OFFLINE",
+    "JAZZ_MODELS_DEV_URL",
     "JAZZ_LOG_LEVEL",
 )
 
@@ -175,6 +197,24 @@ def build_env(
     return env
 
 
+def probe_env(
+    *,
+    environ: Mapping[str, str] | None = None,
+    allowlist: Iterable[str] = DEFAULT_ENV_ALLOWLIST,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment to ask a runner about itself (``run --help``) in: a run's, without a
+    home; never the gateway's secrets."""
+    source = os.environ if environ is None else environ
+    allowed = _matcher(tuple(allowlist))
+    denied = _matcher(ENV_DENYLIST, ignore_case=True)
+    env = {name: value for name, value in source.items() if allowed(name) and not denied(name)}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update({k: v for k, v in (extra or {}).items() if not denied(k)})
+    env.update(JAZZ_NO_TUI="1", JAZZ_DISABLE_UPDATE_CHECK="1")
+    return env
+
+
 PR_SET_DUMPABLE = 4
 
 
@@ -235,9 +275,14 @@ class RunIdentity:
     gid: int | None = None
     cwd: str = field(default="")
     setpriv: str | None = None
+    # the run starts in its own PID namespace with a private /proc (see private_proc)
+    private_proc: bool = False
 
     def command(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` as it must be executed (behind ``setpriv`` when that switches identity)."""
+        """``argv`` as it must be executed: behind ``setpriv`` when that switches identity,
+        then in its own PID namespace when :attr:`private_proc` is set."""
+        if self.private_proc:
+            argv = pidns.wrap(argv)
         if self.uid is not None and self.setpriv is not None:
             return [
                 self.setpriv,
@@ -319,8 +364,10 @@ def run_identity(
     allowlist: Iterable[str] = DEFAULT_ENV_ALLOWLIST,
     extra_env: Mapping[str, str] | None = None,
     use_setpriv: bool = True,
+    private_proc: bool = False,
 ) -> RunIdentity:
-    """How a runner starts for ``home`` (see the module docstring)."""
+    """How a runner starts for ``home`` (see the module docstring); ``private_proc``: in
+    a PID namespace of its own (only where :func:`private_proc_unavailable` says None)."""
     env = build_env(home, surface=surface, environ=environ, allowlist=allowlist, extra=extra_env)
     workspace = f"{home.path}/workspace"
     if home.isolated:
@@ -332,5 +379,31 @@ def run_identity(
             gid=home.account.gid,
             cwd=workspace,
             setpriv=setpriv_path() if use_setpriv else None,
+            private_proc=private_proc,
         )
-    return RunIdentity(home=home, env=env, umask=PRIVATE_UMASK, cwd=workspace)
+    return RunIdentity(
+        home=home, env=env, umask=PRIVATE_UMASK, cwd=workspace, private_proc=private_proc
+    )
+
+
+PROBE_ACCOUNT = 65534  # nobody: an unprivileged uid and gid to probe as
+
+
+def private_proc_unavailable(isolated: bool) -> str | None:
+    """Why runs cannot start in a PID namespace of their own here, or None when they can.
+
+    Isolated, the probe switches to an unprivileged account the way a run does (root may
+    be allowed user namespaces where accounts are not); single-account, it is ours.
+    """
+    prefix: tuple[str, ...] = ()
+    setpriv = setpriv_path()
+    if isolated and setpriv is not None:
+        prefix = (
+            setpriv,
+            f"--reuid={PROBE_ACCOUNT}",
+            f"--regid={PROBE_ACCOUNT}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--",
+        )
+    return pidns.unavailable_reason(prefix)

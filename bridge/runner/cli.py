@@ -1,10 +1,22 @@
-"""The CLI backend: one ``jazz run --json`` process per message, exactly per the contract.
+"""The CLI backend: one ``jazz run --json`` process per message, in the binary's dialect.
 
-The chat text goes on stdin (never argv), progress comes as NDJSON on stderr, one envelope
-on stdout. The process runs as the conversation's account (provisioning's run identity),
-in its own session; a timeout (paused while a person is being asked) or ``/stop`` ends it
-with SIGTERM, then SIGKILL for the whole run, including children that left the group. In
-single-account mode the runner starts behind its own subreaper (:mod:`.reaper`).
+Which CLI ``runner.command`` is (documented or released, :mod:`.dialect`) is found once at
+start. The documented CLI gets the chat text as a JSON line on stdin; the released one as
+its positional argument after ``--`` (so text starting with ``-`` stays the prompt), which
+is the only way it takes approvals on stdin: each run then starts in a PID namespace with a
+private ``/proc`` (:mod:`provisioning.private_proc`) so no other conversation reads it in
+``/proc/<pid>/cmdline``. Where that namespace cannot be had, or the text is too long for an
+argument, the released CLI reads it from stdin, closed at once, and a run that then needs
+an approval is stopped with a reply saying why. Stdin is closed once the envelope is read
+(the released CLI waits for that after an approval).
+
+Progress comes as NDJSON on stderr (the released CLI's events put in the documented shapes
+here), one envelope on stdout. The process runs as the conversation's account, in its own
+session; a timeout (the gateway's own clock, paused while a person is being asked: the
+released CLI's ``--timeout`` would count that time, so it gets a long one) or ``/stop``
+ends it with SIGTERM, then SIGKILL for the whole run after the grace, including children
+that left the group. Single-account runs without a namespace start behind a subreaper of
+their own (:mod:`.reaper`).
 """
 
 from __future__ import annotations
@@ -22,9 +34,11 @@ import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from provisioning import private_proc
 from provisioning.errors import ProvisioningError
 from provisioning.sandbox import hide_from_own_account
 
@@ -40,6 +54,15 @@ from .base import (
     RunResult,
     finalize,
 )
+from .dialect import (
+    DOCUMENTED_ASSUMED,
+    LONG_TIMEOUT_MS,
+    MAX_ARGV_PROMPT_BYTES,
+    CliProfile,
+    flat_tool_call,
+    needs_person,
+    question_of,
+)
 from .envelope import parse_envelope
 from .procs import RUN_TAG_ENV, Sweeps, kill_all, signal_group
 from .reaper import wrap
@@ -47,7 +70,7 @@ from .spawn import Child, start_process
 
 log = logging.getLogger(__name__)
 
-STDERR_TAIL = 20
+STDERR_TAIL = 60  # a provider failure of the released CLI is a ~50-line stack trace
 TAIL_LINE_CHARS = 500  # a stderr line kept for the failure reply, cut after its secrets are masked
 TOOL_MODE = 0o0755  # rwxr-xr-x  shared runner tools, readable by every account
 MAX_LINE = 16 * 1024 * 1024  # an envelope (or event) longer than this is not one
@@ -57,6 +80,8 @@ MAX_QUEUED_EVENTS = 256  # progress events read ahead of the engine; then the ru
 # MAX_LINE each would be 4 GiB held for one run whose engine is busy
 MAX_QUEUED_BYTES = 16 * 1024 * 1024
 EXIT_POLL_S = 0.05  # how often an exit is looked for while a leftover child holds the pipes
+ASK_TOOL = "ask_user_question"  # the released CLI's question tool: it cannot reach a person
+TOOL_EVENTS = frozenset({"tool_call", "tool_execution_start"})
 ANSWER_FRAMES = {
     "approval_decision": "toolCallId",
     "user_input_response": "requestId",
@@ -67,15 +92,39 @@ ANSWER_FRAMES = {
 class CliRunner(RunnerBackend):
     name = "cli"
 
-    def __init__(self, command: Sequence[str], *, kill_grace_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        kill_grace_s: float = 3.0,
+        profile: CliProfile = DOCUMENTED_ASSUMED,
+        private_proc: bool = False,
+        argv_hidden: bool | None = None,
+    ) -> None:
         if not command:
             raise RunnerError("runner.command is empty")
         self.command = list(command)
         self.kill_grace_s = kill_grace_s
+        self.profile = profile
+        # a run whose prompt is on argv starts in a PID namespace with a private /proc
+        # (probed by the caller); argv_hidden: no other conversation can read a run's
+        # command line, by that namespace or by the host's /proc (hidepid, isolated runs)
+        self.private_proc = private_proc
+        self.argv_hidden = private_proc if argv_hidden is None else argv_hidden
         self.sweeps = Sweeps()  # finished runs' leftovers, one /proc scan for many
         self._found = False
 
-    def argv(self, request: RunRequest) -> list[str]:
+    def prompt_mode(self, request: RunRequest) -> str:
+        """Where the prompt goes: ``json`` (documented: a JSON line on stdin), ``argv``
+        (released, hidden from other conversations), ``stdin`` (released: raw, closed)."""
+        if not self.profile.released:
+            return "json"
+        fits = len(request.prompt.encode("utf-8", "surrogatepass")) <= MAX_ARGV_PROMPT_BYTES
+        return "argv" if self.argv_hidden and fits and "\0" not in request.prompt else "stdin"
+
+    def argv(self, request: RunRequest, mode: str = "json") -> list[str]:
+        if self.profile.released:
+            return self._released_argv(request, mode)
         argv = [
             *self.command,
             "run",
@@ -96,20 +145,48 @@ class CliRunner(RunnerBackend):
         ]
         return argv
 
+    def _released_argv(self, request: RunRequest, mode: str) -> list[str]:
+        """The released CLI's flags, each only where its help lists it; the prompt last."""
+        accepts = self.profile.options
+        categories = self.profile.categories or frozenset()
+        events = [e for e in request.events if e in categories]
+        if "usage" in categories and "usage" not in events:
+            events.append("usage")  # stream_start names the provider: is a $0 run free?
+        argv = [*self.command, "run", "--json", "--agent", request.agent]
+        wanted = [
+            ("--conversation", request.conversation),
+            ("--approval-policy", request.approval_policy),
+            ("--events", ",".join(events)),
+            ("--timeout", str(LONG_TIMEOUT_MS)),
+        ]
+        argv += [
+            part for flag, value in wanted if flag in accepts and value for part in (flag, value)
+        ]
+        if "--stream" in accepts and events:
+            argv.append("--stream")  # events through a pipe come only when streaming
+        if mode == "argv":
+            argv += ["--", request.prompt]
+        return argv
+
     async def start(self, request: RunRequest) -> RunHandle:
         tag = request.kill_tag or secrets.token_hex(12)
         try:
             workdir = await asyncio.to_thread(request.identity.open_workdir)
         except (ProvisioningError, OSError) as exc:
             raise RunnerError(f"cannot open the run's home {request.home.path}: {exc}") from exc
+        mode = self.prompt_mode(request)
+        # only a prompt on argv needs hiding: the rest of a command line names nobody
+        identity = replace(request.identity, private_proc=mode == "argv" and self.private_proc)
         try:
-            kwargs = request.identity.popen_kwargs(workdir)
+            kwargs = identity.popen_kwargs(workdir)
             kwargs["env"] = {**kwargs["env"], RUN_TAG_ENV: tag}
             self._check_command(kwargs["env"].get("PATH"))
-            argv = request.identity.command(self.argv(request))
-            if request.identity.uid is None:  # single account: the uid sweep cannot find all
+            argv = identity.command(self.argv(request, mode))
+            if identity.uid is None:
                 hide_from_own_account()  # the run's uid is ours: /proc/<our pid>/environ
-                # the gateway's own Python may sit where its runs cannot reach (a root pyenv)
+            if identity.uid is None and not identity.private_proc:
+                # single account, no namespace: the uid sweep cannot find all of a run; the
+                # gateway's own Python may sit where its runs cannot reach (a root pyenv)
                 argv = wrap(argv, self.kill_grace_s, shared_interpreter())
             proc = await start_process(argv, **kwargs)
         except (FileNotFoundError, PermissionError) as exc:
@@ -118,7 +195,17 @@ class CliRunner(RunnerBackend):
             ) from exc
         finally:
             os.close(workdir)  # the child has its own copy (entered before it ran)
-        handle = CliRunHandle(proc, request, tag, self.kill_grace_s, self.sweeps)
+        handle = CliRunHandle(
+            proc,
+            request,
+            tag,
+            self.kill_grace_s,
+            self.sweeps,
+            profile=self.profile,
+            prompt_mode=mode,
+            private_proc=identity.private_proc,
+            argv_hidden=self.argv_hidden,
+        )
         await handle.begin()
         return handle
 
@@ -149,10 +236,22 @@ class CliRunHandle(RunHandle):
         tag: str,
         grace: float,
         sweeps: Sweeps | None = None,
+        *,
+        profile: CliProfile = DOCUMENTED_ASSUMED,
+        prompt_mode: str = "json",
+        private_proc: bool = False,
+        argv_hidden: bool = False,
     ) -> None:
         self.proc = proc
         self.sweeps = sweeps
         self.request = request
+        self.profile = profile
+        self.prompt_mode = prompt_mode
+        self.private_proc = private_proc
+        self.argv_hidden = argv_hidden
+        self._provider: str | None = None  # from stream_start: is a $0 run free?
+        self._question: str | None = None  # asked through the released CLI's ask tool
+        self._unanswerable: str | None = None  # a tool needing an approval nobody can give
         self.tag = tag
         self.grace = grace
         self.started = time.monotonic()
@@ -190,10 +289,17 @@ class CliRunHandle(RunHandle):
             asyncio.create_task(self._watchdog(), name="runner-watchdog"),
         ]
         self._finisher = asyncio.create_task(self._finish(), name="runner-finish")
-        first = json.dumps({"prompt": self.request.prompt, **self._attachments()}) + "\n"
         assert self.proc.stdin is not None
+        if self.prompt_mode == "argv":
+            return  # stdin stays open for the answers
+        if self.prompt_mode == "stdin":  # the released CLI reads all of it: closed at once
+            first = self.request.prompt
+        else:
+            first = json.dumps({"prompt": self.request.prompt, **self._attachments()}) + "\n"
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.proc.stdin.write(first.encode())  # buffered; answers drain it in order
+        if self.prompt_mode == "stdin":
+            self.proc.stdin.close()
 
     def _attachments(self) -> dict[str, Any]:
         if not self.request.attachments:
@@ -240,6 +346,8 @@ class CliRunHandle(RunHandle):
                 if event is None:
                     self._stderr_tail.append(mask(line)[:TAIL_LINE_CHARS])  # masked whole, then cut
                     continue
+                if self.profile.released:
+                    event = self._released_event(event)
                 if event.type in PROMPT_EVENTS:
                     ident = event.data.get(_prompt_key(event.type))
                     if isinstance(ident, str):
@@ -267,6 +375,31 @@ class CliRunHandle(RunHandle):
             with contextlib.suppress(asyncio.QueueFull):
                 self._events.put_nowait(None)
 
+    def _released_event(self, event: RunnerEvent) -> RunnerEvent:
+        """A released CLI's event in the documented shape; what it settles by itself (an
+        auto-approved tool) or cannot take (an approval with the prompt on stdin) is no
+        prompt for a person."""
+        data = event.data
+        if event.type == "tool_call":
+            data = flat_tool_call(data)
+        if event.type in TOOL_EVENTS and data.get("toolName") == ASK_TOOL:
+            self._question = self._question or question_of(data.get("arguments"))
+        elif event.type == "stream_start" and isinstance(data.get("provider"), str):
+            self._provider = data["provider"]
+        elif event.type == "approval_required":
+            if not needs_person(data, self.request.approval_policy):
+                return RunnerEvent("approval_auto", data)
+            if self.prompt_mode != "argv":  # stdin is closed: nobody's answer could reach it
+                tool = data.get("toolName")
+                self._unanswerable = str(tool) if isinstance(tool, str) else "a tool"
+                self._tasks.append(
+                    asyncio.create_task(self.stop("approval_unavailable"), name="runner-stop")
+                )
+                return RunnerEvent("approval_unavailable", data)
+        elif event.type == "warning":
+            log.info("runner warning: %s", mask(str(data.get("message", "")))[:TAIL_LINE_CHARS])
+        return RunnerEvent(event.type, data) if data is not event.data else event
+
     async def _read_stdout(self) -> None:
         assert self.proc.stdout is not None
         async for raw in self._lines(self.proc.stdout):
@@ -274,8 +407,14 @@ class CliRunHandle(RunHandle):
             if line.startswith("{"):
                 self._envelope = line
                 self._garbage = False
+                self._close_stdin()  # the released CLI waits for it after an approval
             elif line and self._envelope is None:
                 self._garbage = True
+
+    def _close_stdin(self) -> None:
+        stdin = self.proc.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.close()
 
     # -- timeout, paused while a person is asked --------------------------------------------
 
@@ -435,19 +574,42 @@ class CliRunHandle(RunHandle):
 
     def _build_result(self) -> RunResult:
         duration_ms = int((time.monotonic() - self.started) * 1000)
+        returncode = self.proc.returncode
+        if self.private_proc:  # behind the namespace's init shell: 128+N is signal N
+            returncode = private_proc.exit_code(returncode)
         result = parse_envelope(
             self._envelope,
-            exit_code=self.proc.returncode,
+            exit_code=returncode,
             stderr_tail=list(self._stderr_tail),
             duration_ms=duration_ms,
             garbage=self._garbage,
+            provider=self._provider,
         )
-        return finalize(
+        if self._question and result.ok:
+            result = replace(result, flags={**result.flags, "unasked_question": self._question})
+        result = finalize(
             result,
             timeout_s=self.request.timeout_s,
             timed_out=self._timed_out,
             stop_reason=self._stop_reason,
         )
+        if self._unanswerable is not None and not result.ok:
+            why = (
+                "the message is too long to pass as an argument"
+                if self.argv_hidden
+                else "runs here cannot have a private /proc"
+            )
+            result = replace(
+                result,
+                code="approval_unavailable",
+                stopped=False,
+                error=(
+                    f"the agent needed an approval for {self._unanswerable}, which this Jazz "
+                    f"CLI can only take when the message is passed as an argument, and {why}; "
+                    "an operator can raise runner.approval_policy or fix that"
+                ),
+            )
+        return result
 
     async def wait(self) -> RunResult:
         await self._done.wait()

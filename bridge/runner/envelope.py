@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import mimetypes
 import re
 import signal
 from typing import Any
@@ -35,6 +36,48 @@ def _cost(value: Any) -> float | None:
         return None
     cost = float(value)
     return cost if math.isfinite(cost) and cost >= 0 else None
+
+
+# Model providers that run on the person's own machine and cost nothing: Jazz's local
+# servers (src/core/constants/local-providers.ts: llamacpp, ollama) and LM Studio. Only
+# for them is a ``costUSD`` of 0 a known price when the envelope has no ``costKnown``.
+FREE_LOCAL_PROVIDERS = frozenset({"llamacpp", "ollama", "lmstudio"})
+
+
+def _cost_known(env: dict[str, Any], cost: float | None, provider: str | None) -> bool:
+    """Whether the run's cost is a price (see :func:`parse_envelope`)."""
+    if cost is None:
+        return False
+    if "costKnown" in env:
+        return env["costKnown"] is True
+    if cost > 0:
+        return True
+    return provider is not None and provider.strip().lower() in FREE_LOCAL_PROVIDERS
+
+
+def _web_app_artifacts(value: Any, known: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The released CLI's ``webApp`` (a ``create_web_app`` result) as contract artifacts:
+    its image (``imagePath``) and its page (``htmlPath``), each path once."""
+    if not isinstance(value, dict):
+        return []
+    seen = {a.get("path") for a in known}
+    found: list[dict[str, Any]] = []
+    for key, kind in (("imagePath", "image"), ("htmlPath", "file")):
+        path = value.get(key)
+        if not isinstance(path, str) or not path or path in seen:
+            continue
+        seen.add(path)
+        media = "text/html" if kind == "file" else mimetypes.guess_type(path)[0]
+        found.append(
+            {
+                "kind": kind,
+                "path": path,
+                "mediaType": media,
+                "tool": "create_web_app",
+                "source": "rendered",
+            }
+        )
+    return found
 
 
 def _int(value: Any) -> int:
@@ -79,6 +122,61 @@ def mend_text(value: Any) -> Any:
     return value
 
 
+# stderr lines that tell a person nothing: a JavaScript stack frame ("at fn (file:1:2)"),
+# a line of the source excerpt Bun prints above an error ("370 | ...") and its "^" marker,
+# a blank or bracket-only line (the end of an object Bun prints: "},")
+_STACK_FRAME = re.compile(r"at\s+\S.*(?::\d+(?::\d+)?\)?|\((?:native|<anonymous>)\))")
+_SOURCE_LINE = re.compile(r"\d+\s*\|.*")
+_NO_TEXT = re.compile(r"[\s\[\](){},;^~]*")
+_ERROR_NAME = re.compile(r"[A-Za-z_$][\w$.]*:\s*")  # "AI_APICallError: ", "error: "
+
+
+# a property of an error's dump that tells a person nothing (``cause: undefined,``,
+# ``isRetryable: true,``, ``error: [Object ...],``, ``vercel.ai.error: true,``)
+_DUMP_FLAG = re.compile(
+    r"[\w.]+: (?:undefined|null|true|false|\[Object \.\.\.\]|\[Array \.\.\.\]),?"
+)
+
+
+def useful_stderr(tail: list[str], error: str | None, keep: int = 5) -> list[str]:
+    """The last ``keep`` lines of a run's stderr tail worth showing a person with ``error``.
+
+    The released CLI reports a provider failure with no ``error`` event, only a stack trace
+    on stderr and a short ``error`` in its envelope (vectors/jazz-cli-0.14.2, 10): its stack
+    frames, source excerpt lines, blank and bracket-only lines and the lines that only
+    repeat ``error`` (``AI_APICallError: <the end of error>``) are left out.
+    """
+    said = (error or "").strip()
+
+    def repeats(line: str) -> bool:
+        if not said:
+            return False
+        text = line.rstrip(" ,;.")
+        rest = _ERROR_NAME.sub("", text, count=1) if _ERROR_NAME.match(text) else text
+        return said in (text, rest) or said.endswith(f": {rest}") or said.endswith(f": {text}")
+
+    kept: list[str] = []
+    depth = 0  # inside a nested object of an error's property dump (Bun's ``key: {``)
+    for line in (raw.strip() for raw in tail):
+        opens = line.endswith(("{", "["))
+        closes = line.startswith(("}", "]"))
+        if closes:
+            depth = max(depth - 1, 0)
+        if depth or opens or closes:
+            depth += opens
+            continue
+        if (
+            _NO_TEXT.fullmatch(line)
+            or _STACK_FRAME.fullmatch(line)
+            or _SOURCE_LINE.fullmatch(line)
+            or _DUMP_FLAG.fullmatch(line)
+            or repeats(line)
+        ):
+            continue
+        kept.append(line)
+    return kept[-keep:] if keep > 0 else []
+
+
 def _list(value: Any) -> list[Any]:
     """A field the contract says is a list; anything else (a number, an object) is none."""
     return value if isinstance(value, list) else []
@@ -91,8 +189,26 @@ def parse_envelope(
     stderr_tail: list[str],
     duration_ms: int,
     garbage: bool = False,
+    provider: str | None = None,
 ) -> RunResult:
-    """Build the RunResult from the envelope line (or its absence)."""
+    """Build the RunResult from the envelope line (or its absence).
+
+    ``provider`` is the model provider the run used (``openai``, ``llamacpp``: the run's
+    ``stream_start`` event), or None when it is not known.
+
+    The cost is known (``cost_known``; ``limits.daily_cost_usd`` refuses new runs for the
+    rest of the day after any run whose cost is not) only when ``costUSD`` is a finite
+    number >= 0 and:
+
+    * the envelope has ``costKnown`` (the documented CLI): it is ``true``;
+    * it has none (the released CLI 0.14.2 never sends it): ``costUSD`` is more than 0, or
+      it is 0 and ``provider`` is a local one that costs nothing
+      (:data:`FREE_LOCAL_PROVIDERS`). A 0 from a paid or an unknown provider stays
+      unknown: Jazz prints 0 when it has no price for the model.
+
+    The released CLI's ``webApp`` (it has no ``artifacts``) becomes artifacts too: its
+    ``imagePath`` an ``image``, its ``htmlPath`` a ``file`` of ``text/html``.
+    """
     base: dict[str, Any] = {
         "exit_code": exit_code,
         "stderr_tail": stderr_tail,
@@ -119,6 +235,7 @@ def parse_envelope(
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     tool_calls = [c for c in _list(env.get("toolCalls")) if isinstance(c, dict)]
     artifacts = [a for a in _list(env.get("artifacts")) if isinstance(a, dict)]
+    artifacts += _web_app_artifacts(env.get("webApp"), artifacts)
     cost = _cost(env.get("costUSD"))
     flags = {
         k: env[k]
@@ -137,7 +254,7 @@ def parse_envelope(
         # known only as a finite amount >= 0: a string, a missing or a negative cost (which
         # would lower the day's spend below a cap) is a run nobody can price
         "cost_usd": cost or 0.0,
-        "cost_known": env.get("costKnown") is True and cost is not None,
+        "cost_known": _cost_known(env, cost, provider),
         "prompt_tokens": _int(usage.get("promptTokens")),
         "completion_tokens": _int(usage.get("completionTokens")),
         "total_tokens": _int(usage.get("totalTokens")),
@@ -154,6 +271,7 @@ def parse_envelope(
                 ok=False, code="empty_response", error="the agent gave an empty answer", **common
             )
         return RunResult(ok=True, answer=answer, **common)
+    # the released CLI's failure has no code: a plain failure
     code = env.get("code") if isinstance(env.get("code"), str) else "failed"
     error = env.get("error") if isinstance(env.get("error"), str) else None
     return RunResult(ok=False, code=code, error=error or code, **common)

@@ -19,6 +19,7 @@ from bridge.config import load_settings
 from bridge.plugins import load_specs
 from bridge.ports import AdapterSpec
 from bridge.runner.cli import shared_interpreter
+from bridge.turns import conversation_prefix
 
 FAKE_RUNNER = Path(__file__).resolve().parent.parent / "fakes" / "fake_runner.py"
 REFERENCE_RUNNER = Path(__file__).resolve().parents[2] / "bridge" / "reference_runner.py"
@@ -59,12 +60,13 @@ def run_events(fake_dir: Path) -> list[dict[str, Any]]:
     return sorted(events, key=lambda e: e["t"])
 
 
-def run_starts(fake_dir: Path, conversation_prefix: str = "") -> list[dict[str, Any]]:
-    """The runs the fake runner started (of conversations named ``conversation_prefix…``)."""
+def run_starts(fake_dir: Path, thread: str = "") -> list[dict[str, Any]]:
+    """The runs the fake runner started (all, or those of the thread key ``thread``)."""
+    prefix = conversation_prefix(thread) if thread else ""
     return [
         r
         for r in run_events(fake_dir)
-        if r["event"] == "start" and r["conversation"].startswith(conversation_prefix)
+        if r["event"] == "start" and r["conversation"].startswith(prefix)
     ]
 
 
@@ -137,8 +139,8 @@ class Client:
     def runs(self) -> list[dict[str, Any]]:
         return run_events(self.fake_dir)
 
-    def starts(self, conversation_prefix: str = "") -> list[dict[str, Any]]:
-        return run_starts(self.fake_dir, conversation_prefix)
+    def starts(self, thread: str = "") -> list[dict[str, Any]]:
+        return run_starts(self.fake_dir, thread)
 
     def release(self, name: str) -> None:
         (self.fake_dir / f"release-{name}").touch()

@@ -16,6 +16,8 @@ from accounts_support import remove_accounts
 from fake_daemon import OPERATOR, SUCCESS, TOKEN, WAIT, FakeDaemon, FakeRun, serving
 from gateway_harness import gateway_env, running_gateway, wait_until
 
+from bridge.turns import conversation_name
+
 
 @pytest.fixture
 async def daemon() -> AsyncIterator[FakeDaemon]:
@@ -60,7 +62,11 @@ async def test_a_web_message_is_one_daemon_run_and_its_answer_lands_in_the_threa
         answers = await client.wait_role("d1", "assistant")
         assert "Hello **there**" in answers[0]["text"]
         assert [run.body for run in daemon.runs.values()] == [
-            {"agent": "default", "prompt": "-rf say hello", "conversationId": "web:d1#1"}
+            {
+                "agent": "default",
+                "prompt": "-rf say hello",
+                "conversationId": conversation_name("web:d1", 1),
+            }
         ]
         assert daemon.origins == []
         assert all(s.headers["Authorization"] == f"Bearer {TOKEN}" for s in daemon.seen)

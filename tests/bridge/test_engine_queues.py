@@ -16,6 +16,7 @@ from gateway_harness import run_starts as starts
 
 from bridge.model import Inbound, InboxState
 from bridge.store import PromptRecord, SqliteStore
+from bridge.turns import conversation_name
 from provisioning import naming
 
 KEY = "plain:room"
@@ -56,7 +57,7 @@ async def test_a_message_sent_after_new_runs_in_the_new_conversation(
         )
         assert any("fresh conversation (#2)" in t for t in surface.texts()), surface.texts()
         (run,) = starts(fake_dir)
-        assert run["conversation"] == f"{KEY}#2", (
+        assert run["conversation"] == conversation_name(KEY, 2), (
             f"the message sent after /new ran in {run['conversation']!r}: the old conversation"
         )
 

@@ -20,6 +20,8 @@ from fake_daemon import TOKEN, FakeDaemon, FakeRun, serving
 from gateway_harness import gateway_env, wait_until
 from test_crash_recovery import free_port, serve
 
+from bridge.turns import conversation_name
+
 
 @pytest.fixture
 async def daemon() -> AsyncIterator[FakeDaemon]:
@@ -62,7 +64,9 @@ async def test_a_run_left_on_the_daemon_by_a_crash_is_cancelled_at_restart(
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     (left,) = [run for run in daemon.runs.values() if run is not someone_elses]
-    assert left.state == "running" and left.body["conversationId"] == "web:fork#1"
+    assert left.state == "running" and left.body["conversationId"] == conversation_name(
+        "web:fork", 1
+    )
     async with serve(env, tmp_path) as (proc, client):
         # ready means started: the leftover was ended before anything else ran
         assert left.state == "cancelled", f"the run left by the crash is {left.state}"

@@ -26,6 +26,7 @@ from accounts_support import remove_accounts
 from gateway_harness import Client, gateway_env, running_gateway, wait_until
 
 from bridge.model import Inbound
+from bridge.turns import conversation_name
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ async def test_the_text_after_new_runs_in_the_fresh_conversation(env: dict[str, 
         await client.post("fresh", "the next message")
         await client.wait_role("fresh", "assistant")
         prompts = [(r["conversation"], r["prompt"]) for r in client.starts("web:fresh")]
-        assert ("web:fresh#2", "what is 2+2") in prompts, (
+        assert (conversation_name("web:fresh", 2), "what is 2+2") in prompts, (
             f"'/new what is 2+2' started conversation #2 and the question never ran; the "
             f"runs were {prompts}; the thread read {texts(await client.messages('fresh'))}"
         )

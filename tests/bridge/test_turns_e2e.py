@@ -10,6 +10,7 @@ from accounts_support import IS_ROOT, remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
 
 from bridge.errors import BridgeError
+from bridge.turns import conversation_name, conversation_prefix
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ async def test_a_message_is_one_run_as_the_conversations_account(env: dict[str, 
         assert len(starts) == 1
         run = starts[0]
         assert not any("hello" in a or "secret" in a or a == "-rf" for a in run["argv"])
-        assert run["conversation"] == "web:t1#1"
+        assert run["conversation"] == conversation_name("web:t1", 1)
         assert run["prompt"] == "-rf hello secret words"
         if IS_ROOT:
             home = app.provisioned.homes.ensure("web:t1")  # type: ignore[union-attr]
@@ -72,7 +73,11 @@ async def test_one_run_per_conversation_while_conversations_overlap(env: dict[st
         client.release("B1")
         await client.wait_role("b", "assistant")
         runs = client.runs()
-        a_events = [(r["event"], r["pid"]) for r in runs if r["conversation"].startswith("web:a")]
+        a_events = [
+            (r["event"], r["pid"])
+            for r in runs
+            if r["conversation"].startswith(conversation_prefix("web:a"))
+        ]
         # strictly start, end, start, end: never two at once in one conversation
         assert [e for e, _ in a_events] == ["start", "end", "start", "end"]
 
@@ -181,7 +186,7 @@ async def test_commands_are_answered_at_once(env: dict[str, str]) -> None:
         await client.post("c", "after new")
         await client.wait_role("c", "assistant", 2)
         convs = [s["conversation"] for s in client.starts("web:c")]
-        assert convs == ["web:c#1", "web:c#2"]
+        assert convs == [conversation_name("web:c", 1), conversation_name("web:c", 2)]
         await client.post("c", "/frobnicate is not a command")
         await client.wait_role("c", "assistant", 3)
         assert client.starts("web:c")[-1]["prompt"] == "/frobnicate is not a command"

@@ -1,0 +1,239 @@
+"""Replies to what the released Jazz CLI (0.14.2) does, through the real gateway.
+
+Its provider failure has no ``error`` event: a stack trace on stderr (recording
+``vectors/jazz-cli-0.14.2/10-fail500-stream.txt``, replayed here line for line) and a short
+error in an envelope without ``code``. Its ``ask_user_question`` tool cannot ask the person
+and hands the agent an empty answer (recording 12); the runner layer flags the question
+(``RunResult.flags["unasked_question"]``) and the reply says so after the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import plain_surface
+import pytest
+from accounts_support import remove_accounts
+from gateway_harness import gateway_env, running_gateway, wait_until
+
+from bridge.model import Inbound, ReplyKind
+from bridge.runner import RunHandle, RunRequest, RunResult
+from bridge.runner.cli import shared_interpreter
+
+ERROR = "Server error (500): fake upstream exploded"
+WARNING = (
+    '{"type":"warning","agentName":"default","message":"No context window is pinned for this '
+    'llamacpp agent, so Jazz is compacting against a 128,000-token estimate."}'
+)
+# recording 10's stderr after the warning event, as printed (<dir> stood for the bundle's path)
+FAIL500_STDERR = [
+    '370 | `);continue}let c=`; filename="${NBt(s.filename??"blob")}"`,I=(s.mediaType??'
+    '"application/octet-stream").replace(/[\\r\\n]/g,"");if(yield n.encode(`${l}${c}\\r',
+    "371 | Content-Type: ${I}\\r",
+    "372 | \\r",
+    "373 | `),s.content instanceof Uint8Array)yield s.content;else{let d=s.content.getReader()",
+    "374 | `)}yield n.encode(`--${t}--\\r",
+    "375 | `)}return{stream:ef(i()),async dispose(s){if(r)return;r=!0;let l=a;}",
+    "",
+    "AI_APICallError: fake upstream exploded",
+    "      cause: undefined,",
+    '        url: "http://127.0.0.1:18801/v1/chat/completions",',
+    " requestBodyValues: {",
+    '  model: "fake-model",',
+    "  user: undefined,",
+    "  max_tokens: undefined,",
+    "  temperature: undefined,",
+    "  top_p: undefined,",
+    "  frequency_penalty: undefined,",
+    "  presence_penalty: undefined,",
+    "  response_format: undefined,",
+    "  stop: undefined,",
+    "  seed: undefined,",
+    "  reasoning_budget: 0,",
+    "  chat_template_kwargs: [Object ...],",
+    "  messages: [Array ...],",
+    "  tools: [Array ...],",
+    '  tool_choice: "auto",',
+    "  stream: true,",
+    "  stream_options: undefined,",
+    "},",
+    " statusCode: 500,",
+    " responseHeaders: {",
+    '  "content-length": "72",',
+    '  "content-type": "application/json",',
+    '  date: "Fri, 04 Dec 2026 20:32:35 GMT",',
+    '  server: "BaseHTTP/0.6 Python/3.11.7",',
+    "},",
+    ' responseBody: "{\\"error\\": {\\"message\\": \\"fake upstream exploded\\", \\"type\\": '
+    '\\"server_error\\"}}",',
+    " isRetryable: true,",
+    "       data: {",
+    "  error: [Object ...],",
+    "},",
+    " vercel.ai.error: true,",
+    " vercel.ai.error.AI_APICallError: true,",
+    "",
+    "      at <anonymous> (/opt/jazz/jazz:375:22456)",
+    "      at async <anonymous> (/opt/jazz/jazz:375:21051)",
+    "      at async <anonymous> (/opt/jazz/jazz:375:20335)",
+    "      at async doStream (/opt/jazz/jazz:7797:10332)",
+    "      at async <anonymous> (/opt/jazz/jazz:411:51988)",
+    "",
+]
+# the same failure with a short error object: what is left of it fits the tail
+SHORT_STDERR = [
+    "375 | `)}return{stream:ef(i()),async dispose(s){if(r)return;r=!0;let l=a;}",
+    "",
+    "AI_APICallError: fake upstream exploded",
+    " statusCode: 500,",
+    '        url: "http://127.0.0.1:18801/v1/chat/completions",',
+    "},",
+    "      at <anonymous> (/opt/jazz/jazz:375:22456)",
+    "      at async doStream (/opt/jazz/jazz:7797:10332)",
+    "",
+]
+
+RUNNER = """\
+import json, sys
+prompt = json.loads(sys.stdin.readline())["prompt"]
+replay = json.loads(open(sys.argv[1]).read())
+sys.stderr.write("\\n".join(replay[prompt.split()[0]]) + "\\n")
+sys.stderr.flush()
+print(json.dumps({"ok": False, "error": replay["error"], "costUSD": 0}), flush=True)
+sys.exit(1)
+"""
+
+
+@pytest.fixture
+def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
+    e = gateway_env(tmp_path / "root", fake_dir, uid_range)
+    yield e
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+def use_failing_runner(env: dict[str, str], fake_dir: Path) -> None:
+    runner = fake_dir / "fail500_runner.py"
+    runner.write_text(RUNNER)
+    stderr = fake_dir / "fail500_stderr.json"
+    stderr.write_text(
+        json.dumps(
+            {
+                "error": ERROR,
+                "fail500": [WARNING, *FAIL500_STDERR],
+                "short": [WARNING, *SHORT_STDERR],
+            }
+        )
+    )
+    for path in (runner, stderr):
+        os.chmod(path, 0o755)
+    env["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps(
+        [shared_interpreter(), str(runner), str(stderr)]
+    )
+
+
+def code_block(text: str) -> list[str]:
+    found = re.search(r"\n```\n(.*?)\n```", text, re.S)
+    assert found, f"no stderr in the reply: {text!r}"
+    return found.group(1).split("\n")
+
+
+async def test_a_released_provider_failure_shows_what_is_left_of_its_stack_trace(
+    env: dict[str, str], fake_dir: Path
+) -> None:
+    """Code "failed" (an envelope without code) showed the short error only; its stderr is
+    shown too, without stack frames, source lines, brackets, blanks or the error again."""
+    use_failing_runner(env, fake_dir)
+    async with running_gateway(env) as (_, client):
+        await client.post("f", "fail500 please")
+        (reply,) = await client.wait_role("f", "error")
+        text = reply["text"]
+        assert text.startswith(f"❌ The agent could not answer: {ERROR}."), text
+        tail = code_block(text)
+        # what is worth showing of the whole trace (cli.py keeps its last 60 lines): no
+        # nested property dumps (requestBodyValues, responseHeaders, data), no flags
+        assert tail == [
+            'url: "http://127.0.0.1:18801/v1/chat/completions",',
+            "statusCode: 500,",
+            'responseBody: "{\\"error\\": {\\"message\\": \\"fake upstream exploded\\", '
+            '\\"type\\": \\"server_error\\"}}",',
+        ], text
+
+        await client.post("s", "short please")
+        (reply,) = await client.wait_role("s", "error")
+        assert code_block(reply["text"]) == [
+            "statusCode: 500,",
+            'url: "http://127.0.0.1:18801/v1/chat/completions",',
+        ], reply["text"]
+
+
+KEY = "plain:room"
+QUESTION = "Which colour?"
+LONG_QUESTION = "\n".join(f"Which colour for part {n} of the long chart?" for n in range(200))
+
+
+async def test_a_question_the_cli_could_not_ask_is_noted_after_the_answer(
+    env: dict[str, str],
+) -> None:
+    """The released CLI's ask tool got "" back and the agent answered without it: the person
+    is told what it wanted to ask, in a reply kept within the surface's length."""
+    env["JAZZ_BRIDGE_ISOLATION"] = "off"
+    questions = {"ask colour": QUESTION, "ask long": LONG_QUESTION, "plain": ""}
+    async with running_gateway(env, {"plain": plain_surface.SPEC}) as (app, _):
+        surface = plain_surface.INSTANCES[-1].surface
+        engine = app.engine
+        assert engine is not None
+        start = engine.backend.start
+
+        async def flagging_start(request: RunRequest) -> RunHandle:
+            handle = await start(request)
+            wait = handle.wait
+
+            async def flagged_wait() -> RunResult:
+                result = await wait()
+                flags = {**result.flags, "unasked_question": questions[request.prompt]}
+                return dataclasses.replace(result, flags=flags)
+
+            handle.wait = flagged_wait  # type: ignore[method-assign]
+            return handle
+
+        engine.backend.start = flagging_start  # type: ignore[method-assign]
+
+        def answers(prompt: str) -> list[str]:
+            return [
+                m.text
+                for _, m in surface.sent
+                if m.kind is ReplyKind.ANSWER and f"fake answer to: {prompt}" in m.text
+            ]
+
+        for i, prompt in enumerate(questions):
+            await engine.submit(
+                Inbound(
+                    platform="plain",
+                    event_id=f"e{i}",
+                    thread_key=f"{KEY}{i}",
+                    sender_id="u1",
+                    text=prompt,
+                )
+            )
+            await wait_until(lambda p=prompt: bool(answers(p)), 20, f"the answer to {prompt!r}")
+
+        (text,) = answers("ask colour")
+        note = (
+            f"❓ The agent wanted to ask “{QUESTION}” but this Jazz CLI cannot ask in the chat, "
+            "so it went on without an answer. You can reply with your answer in a new message."
+        )
+        assert text.startswith(f"fake answer to: ask colour\n\n{note}\n\n_"), text
+
+        (text,) = answers("plain")  # an empty question: no note
+        assert "wanted to ask" not in text, text
+
+        (text,) = answers("ask long")  # one line, clipped: the note stays short
+        assert "“Which colour for part 0 of the long chart? Which colour for part 1" in text
+        assert "…” but this Jazz CLI cannot ask" in text and len(text) < 1000, len(text)
+        limit = surface.capabilities.max_length
+        assert all(len(m.text) <= limit for _, m in surface.sent)
