@@ -32,7 +32,7 @@ import signal
 import stat
 import sys
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -397,7 +397,7 @@ class CliRunHandle(RunHandle):
                 )
                 return RunnerEvent("approval_unavailable", data)
         elif event.type == "warning":
-            log.info("runner warning: %s", mask(str(data.get("message", "")))[:TAIL_LINE_CHARS])
+            _log_warning_once(mask(str(data.get("message", "")))[:TAIL_LINE_CHARS])
         return RunnerEvent(event.type, data) if data is not event.data else event
 
     async def _read_stdout(self) -> None:
@@ -615,6 +615,21 @@ class CliRunHandle(RunHandle):
         await self._done.wait()
         assert self._result is not None
         return self._result
+
+
+_WARNINGS_SEEN: OrderedDict[str, None] = OrderedDict()
+WARNINGS_KEPT = 256
+
+
+def _log_warning_once(message: str) -> None:
+    """A runner's ``warning`` event (the released CLI repeats its own at every run, e.g.
+    "No context window is pinned"), logged the first time it is seen."""
+    if message in _WARNINGS_SEEN:
+        return
+    _WARNINGS_SEEN[message] = None
+    while len(_WARNINGS_SEEN) > WARNINGS_KEPT:
+        _WARNINGS_SEEN.popitem(last=False)
+    log.warning("the runner warns (shown once): %s", message)
 
 
 def _prompt_key(event_type: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,8 @@ from bridge.runner.cli import shared_interpreter
 from bridge.turns import conversation_prefix
 
 FAKE_RUNNER = Path(__file__).resolve().parent.parent / "fakes" / "fake_runner.py"
+FAKE_JAZZ = FAKE_RUNNER.with_name("fake_jazz.py")  # the released Jazz CLI's
+TEST_RUNNER_ENV = "JB_TEST_RUNNER"
 REFERENCE_RUNNER = Path(__file__).resolve().parents[2] / "bridge" / "reference_runner.py"
 
 
@@ -49,14 +52,57 @@ async def wait_until(
         await asyncio.sleep(0.02)
 
 
+# no pid is ever this high (the kernel's PID_MAX_LIMIT): a pid of a namespace that is gone
+GONE_PID_BASE = 1 << 22
+
+
+def _own_pid_namespace() -> str:
+    return os.readlink("/proc/self/ns/pid")
+
+
+def _start_time(pid: str) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[19])
+
+
+def host_pid(pidns: str, pid: int, started: int = 0) -> int:
+    """The host's pid of ``pid`` in the PID namespace ``pidns`` (a run whose prompt is on
+    argv has one of its own) that started at ``started`` (clock ticks since boot), or a pid
+    no process has when that process is gone."""
+    if not pidns or pidns == _own_pid_namespace():
+        return pid
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/ns/pid") != pidns:
+                continue
+            with open(f"/proc/{entry}/status") as fh:
+                nspid = next(ln for ln in fh if ln.startswith("NSpid:")).split()[1:]
+        except (OSError, StopIteration):
+            continue
+        if nspid and int(nspid[-1]) == pid:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if not started or _start_time(entry) == started:
+                    return int(entry)
+    return GONE_PID_BASE + pid
+
+
 def run_events(fake_dir: Path) -> list[dict[str, Any]]:
-    """Every event the fake runner logged in ``fake_dir`` (one log per process), in order."""
+    """Every event the fake runner logged in ``fake_dir`` (one log per process), in order;
+    pids are the host's (see :func:`host_pid`)."""
     events = [
         json.loads(line)
         for path in fake_dir.glob("run-*.log")
         for line in path.read_text().splitlines()
         if line.strip()
     ]
+    for event in events:
+        ns = event.get("pidns", "")
+        if ns and "pid" in event:
+            event["pid"] = host_pid(ns, event["pid"], event.get("started", 0))
+        if ns and "pids" in event:  # its children: started later, any time
+            event["pids"] = [host_pid(ns, p) for p in event["pids"]]
     return sorted(events, key=lambda e: e["t"])
 
 
@@ -70,17 +116,43 @@ def run_starts(fake_dir: Path, thread: str = "") -> list[dict[str, Any]]:
     ]
 
 
+def released_cli() -> bool:
+    """Whether this test session runs the end-to-end suite against the fake of the released
+    Jazz CLI (``JB_TEST_RUNNER=released``, as scripts/test.sh's second pass does) instead of
+    the fake of the documented contract."""
+    return os.environ.get(TEST_RUNNER_ENV, "documented") == "released"
+
+
+def install_fake_runner(fake_dir: Path) -> dict[str, str]:
+    """The session's fake runner copied into ``fake_dir`` (conversation accounts must be
+    able to run it: a copy next to the log, a shared Python) and the settings that use it;
+    the released CLI's fake also gets the home template a real Jazz needs."""
+    if not released_cli():
+        runner = fake_dir / "fake_runner.py"
+        shutil.copyfile(FAKE_RUNNER, runner)
+        os.chmod(runner, 0o755)
+        return {"JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps([shared_interpreter(), str(runner)])}
+    runner = fake_dir / "fake_jazz.py"
+    shutil.copyfile(FAKE_JAZZ, runner)
+    os.chmod(runner, 0o755)
+    template = fake_dir / "home-template"
+    (template / "agents").mkdir(parents=True, exist_ok=True)
+    (template / "config.json").write_text(json.dumps({"llm": {"llamacpp": {}}}))
+    agent = {"id": "default", "name": "default", "config": {"llmProvider": "llamacpp"}}
+    (template / "agents" / "default.json").write_text(json.dumps(agent))
+    return {
+        "JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps([shared_interpreter(), str(runner)]),
+        "JAZZ_BRIDGE_RUNNER__HOME_TEMPLATE": str(template),
+    }
+
+
 def gateway_env(
     root: Path, fake_dir: Path, uid_range: tuple[int, int], **extra: str
 ) -> dict[str, str]:
-    # conversation accounts must be able to run it: a copy next to the log, a shared Python
-    runner = fake_dir / "fake_runner.py"
-    shutil.copyfile(FAKE_RUNNER, runner)
-    os.chmod(runner, 0o755)
     env = {
         "JAZZ_BRIDGE_ROOT": str(root),
         "JAZZ_BRIDGE_SERVER__PORT": "0",
-        "JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps([shared_interpreter(), str(runner)]),
+        **install_fake_runner(fake_dir),
         "JAZZ_BRIDGE_RUNNER__EXTRA_ENV": json.dumps({"FAKE_DIR": str(fake_dir)}),
         "JAZZ_BRIDGE_RUNNER__KILL_GRACE_S": "1",
         "JAZZ_BRIDGE_PROGRESS__FIRST_AFTER_S": "0.3",

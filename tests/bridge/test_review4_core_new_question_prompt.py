@@ -8,7 +8,6 @@ went on with it as its answer, and the fresh conversation's first message never 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +15,15 @@ from pathlib import Path
 import plain_surface
 import pytest
 from accounts_support import remove_accounts
-from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
+from gateway_harness import (
+    gateway_env,
+    install_fake_runner,
+    running_gateway,
+    use_reference_runner,
+    wait_until,
+)
 
 from bridge.model import Inbound, InboxState
-from bridge.runner.cli import shared_interpreter
 from bridge.store import PromptRecord, SqliteStore
 from provisioning import naming
 
@@ -74,9 +78,7 @@ async def test_new_with_a_question_left_by_a_crash_beside_a_question_runs_after_
     """The same, cut off by a crash: the question after /new was accepted while the run's
     question waited, and the gateway died. The start took it for the typed answer to that
     question ("The question this answered ended..."): never run."""
-    env["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps(
-        [shared_interpreter(), str(fake_dir / "fake_runner.py")]
-    )
+    env.update(install_fake_runner(fake_dir))
     async with running_gateway(env, {"plain": plain_surface.SPEC}):  # the root, the database
         pass
     store = SqliteStore(Path(env["JAZZ_BRIDGE_ROOT"]) / "state" / "bridge.db")

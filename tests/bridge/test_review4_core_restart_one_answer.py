@@ -9,7 +9,6 @@ again").
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +16,9 @@ from pathlib import Path
 import plain_surface
 import pytest
 from accounts_support import remove_accounts
-from gateway_harness import gateway_env, running_gateway, wait_until
+from gateway_harness import gateway_env, install_fake_runner, running_gateway, wait_until
 
 from bridge.model import Inbound, InboxState
-from bridge.runner.cli import shared_interpreter
 from bridge.store import PromptRecord, SqliteStore
 from provisioning import naming
 
@@ -31,9 +29,7 @@ KEY = "plain:oneanswer"
 def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
     e = gateway_env(tmp_path / "root", fake_dir, uid_range)
     e["JAZZ_BRIDGE_ISOLATION"] = "off"
-    e["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps(
-        [shared_interpreter(), str(fake_dir / "fake_runner.py")]
-    )
+    e.update(install_fake_runner(fake_dir))
     yield e
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 

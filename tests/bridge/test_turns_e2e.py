@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from accounts_support import IS_ROOT, remove_accounts
-from gateway_harness import gateway_env, running_gateway, wait_until
+from gateway_harness import gateway_env, released_cli, running_gateway, wait_until
 
 from bridge.errors import BridgeError
 from bridge.turns import conversation_name, conversation_prefix
@@ -27,7 +27,13 @@ async def test_a_message_is_one_run_as_the_conversations_account(env: dict[str, 
         starts = client.starts("web:t1")
         assert len(starts) == 1
         run = starts[0]
-        assert not any("hello" in a or "secret" in a or a == "-rf" for a in run["argv"])
+        if released_cli():  # its only way to take approvals: the last argument, after --
+            assert run["argv"][-2:] == ["--", "-rf hello secret words"]
+            options = run["argv"][:-2]
+        else:  # the chat text never goes on the command line
+            options = run["argv"]
+        assert not any("hello" in a or "secret" in a or a == "-rf" for a in options)
+        assert "web:t1" not in " ".join(run["argv"])  # the thread key neither
         assert run["conversation"] == conversation_name("web:t1", 1)
         assert run["prompt"] == "-rf hello secret words"
         if IS_ROOT:
@@ -140,7 +146,8 @@ async def test_timeout_stops_a_hung_run(env: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("word", "expected"),
     [
-        ("crash", "printed no envelope (exit code 3"),
+        # the released CLI exits 0 or 1 only
+        ("crash", f"printed no envelope (exit code {1 if released_cli() else 3}"),
         ("garbage", "printed something that is not an envelope (exit code 1"),
         ("noenvelope", "printed no envelope (exit code 0"),
     ],

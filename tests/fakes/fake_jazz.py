@@ -83,10 +83,37 @@ DEFAULT_CONTEXT_WINDOW = 128_000
 LOCAL_SERVER_PROVIDERS = {"llamacpp": "http://localhost:8080", "ollama": "http://localhost:11434"}
 
 
+def pid_namespace() -> str:
+    """This process's PID namespace (``pid:[4026531836]``): a run whose prompt is on argv
+    starts in one of its own, where its pids (2, 3, ...) repeat from run to run; the tests'
+    harness maps them to the host's (gateway_harness.run_events)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def start_time() -> int:
+    """When this process started, in clock ticks since boot (``/proc/self/stat`` field 22):
+    with the PID namespace it tells this process from a later one that got the same pid in
+    a namespace that got the same number."""
+    try:
+        with open("/proc/self/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def log(event: dict) -> None:
-    """One log file per process (runs of different accounts can't share one file)."""
+    """One log file per process (runs of different accounts can't share one file), named
+    by its PID namespace and start too: pids repeat across namespaces."""
     event.setdefault("t", time.monotonic())
-    with open(os.path.join(FAKE_DIR, f"run-{os.getpid()}.log"), "a") as fh:
+    ns = pid_namespace()
+    event.setdefault("pidns", ns)
+    event.setdefault("started", start_time())
+    tag = "".join(ch for ch in ns if ch.isdigit())
+    name = f"run-{tag}-{os.getpid()}-{event['started']}.log"
+    with open(os.path.join(FAKE_DIR, name), "a") as fh:
         fh.write(json.dumps(event) + "\n")
 
 

@@ -7,9 +7,9 @@ otherwise have each one run (paid for) and its answer refused (403) one by one.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from gateway_harness import install_fake_runner
 from tg_support import (
     ADA,
     GRACE,
@@ -25,13 +25,11 @@ from tg_support import (
 )
 
 from bridge.model import InboxState
-from bridge.runner.cli import shared_interpreter
 
 
 def use_fake_runner(env: dict[str, str], fake_dir: Path) -> None:
     """The tests' own runner (it holds a run on ``hold NAME`` until released)."""
-    runner = fake_dir / "fake_runner.py"
-    env["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps([shared_interpreter(), str(runner)])
+    env.update(install_fake_runner(fake_dir))
 
 
 async def test_a_chat_that_blocked_the_bot_has_its_queued_messages_dropped_until_it_writes(

@@ -9,7 +9,6 @@ be stopped or killed while Telegram still has the update.
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import socket
 import sqlite3
@@ -23,6 +22,7 @@ from typing import Any
 import aiohttp
 import pytest
 from fake_bot_api import Failure
+from gateway_harness import install_fake_runner
 from tg_support import (
     ADA,
     BOT,
@@ -38,8 +38,6 @@ from tg_support import (
     wait_sent,
     wait_until,
 )
-
-from bridge.runner.cli import shared_interpreter
 
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
 OFFSET_KEY = f"telegram:{BOT}:offset"
@@ -185,9 +183,7 @@ async def test_polling_killed_between_fetch_and_ack_runs_nothing_twice(
     env: dict[str, str], fake: FakeBotApi, fake_dir: Path, tmp_path: Path
 ) -> None:
     # the tests' own runner: `hold K1` keeps the run going until the test lets it go
-    env["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps(
-        [shared_interpreter(), str(fake_dir / "fake_runner.py")]
-    )
+    env.update(install_fake_runner(fake_dir))
     env["JAZZ_BRIDGE_SERVER__PORT"] = str(free_port())
     runs = Client("", None, fake_dir)  # type: ignore[arg-type]  # only reads the runner's logs
     fake.hold()
