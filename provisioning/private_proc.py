@@ -85,7 +85,8 @@ def proc_hides_other_uids(mountinfo: str = "/proc/self/mountinfo") -> bool:
             lines = fh.read().splitlines()
     except OSError:
         return False
-    for line in lines:
+    hidepid = None
+    for line in lines:  # the last /proc mount is the one on top, the one seen
         fields = line.split()
         if len(fields) < 10 or fields[4] != "/proc" or "-" not in fields:
             continue
@@ -93,8 +94,8 @@ def proc_hides_other_uids(mountinfo: str = "/proc/self/mountinfo") -> bool:
         if after[0] != "proc" or len(after) < 3:
             continue
         options = dict(opt.partition("=")[::2] for opt in after[2].split(","))
-        return options.get("hidepid") in HIDING_HIDEPID
-    return False
+        hidepid = options.get("hidepid")
+    return hidepid in HIDING_HIDEPID
 
 
 @functools.lru_cache(maxsize=4)

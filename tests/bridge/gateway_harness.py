@@ -123,11 +123,12 @@ def released_cli() -> bool:
     return os.environ.get(TEST_RUNNER_ENV, "documented") == "released"
 
 
-def install_fake_runner(fake_dir: Path) -> dict[str, str]:
-    """The session's fake runner copied into ``fake_dir`` (conversation accounts must be
-    able to run it: a copy next to the log, a shared Python) and the settings that use it;
-    the released CLI's fake also gets the home template a real Jazz needs."""
-    if not released_cli():
+def install_fake_runner(fake_dir: Path, released: bool | None = None) -> dict[str, str]:
+    """The session's fake runner (or the released CLI's, ``released``) copied into
+    ``fake_dir`` (conversation accounts must be able to run it: a copy next to the log, a
+    shared Python) and the settings that use it; the released CLI's fake also gets the home
+    template a real Jazz needs."""
+    if not (released_cli() if released is None else released):
         runner = fake_dir / "fake_runner.py"
         shutil.copyfile(FAKE_RUNNER, runner)
         os.chmod(runner, 0o755)

@@ -19,7 +19,7 @@ from pathlib import Path
 import plain_surface
 import pytest
 from accounts_support import remove_accounts
-from gateway_harness import gateway_env, running_gateway, wait_until
+from gateway_harness import gateway_env, install_fake_runner, running_gateway, wait_until
 
 from bridge.model import Inbound, ReplyKind
 from bridge.runner import RunHandle, RunRequest, RunResult
@@ -237,3 +237,37 @@ async def test_a_question_the_cli_could_not_ask_is_noted_after_the_answer(
         assert "…” but this Jazz CLI cannot ask" in text and len(text) < 1000, len(text)
         limit = surface.capabilities.max_length
         assert all(len(m.text) <= limit for _, m in surface.sent)
+
+
+@pytest.mark.parametrize("isolation", ["auto", "off"])
+async def test_a_conversation_cannot_read_another_ones_message_in_proc(
+    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], isolation: str
+) -> None:
+    """The released CLI takes approvals only with the message as its argument, and
+    /proc/<pid>/cmdline is world-readable: A's agent read B's message (and B's thread key,
+    once the --conversation) there while B ran. Each such run now has a PID namespace and a
+    /proc of its own, isolated (one account per conversation) or not (one account)."""
+    env = gateway_env(tmp_path / "root", fake_dir, uid_range, JAZZ_BRIDGE_ISOLATION=isolation)
+    env.update(install_fake_runner(fake_dir, released=True))
+    try:
+        async with running_gateway(env) as (app, client):
+            assert app.engine is not None
+            assert getattr(app.engine.backend, "private_proc", False), "no namespace here"
+            await client.post("b", "hold B1 the-secret-of-b")
+            await wait_until(lambda: len(client.starts("web:b")) == 1, 20, "B running")
+            (b_run,) = client.starts("web:b")
+            # the message is on B's command line, as the host sees it: this could be read
+            host_view = Path(f"/proc/{b_run['pid']}/cmdline").read_bytes().replace(b"\0", b" ")
+            assert b"the-secret-of-b" in host_view
+            await client.post("a", "readprocs")
+            await client.wait_role("a", "assistant")
+            (procs,) = [e for e in client.runs() if e["event"] == "procs"]
+            seen = procs["cmdlines"]
+            assert any("readprocs" in line for line in seen), seen  # its own: it can read
+            assert not any("the-secret-of-b" in line for line in seen), seen
+            assert not any("web:b" in line or "web:a" in line for line in seen), seen
+            assert "hold" not in " ".join(seen)
+            client.release("B1")
+            await client.wait_role("b", "assistant")
+    finally:
+        remove_accounts(tmp_path / "root" / "state" / "accounts.json")

@@ -32,7 +32,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bridge"))
 from accounts_support import OperatorGroup, needs_root
-from gateway_harness import Client, gateway_env, wait_until
+from gateway_harness import Client, gateway_env, install_fake_runner, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEMD = REPO / "deploy" / "systemd"
@@ -110,7 +110,8 @@ def test_the_unit_repairs_then_serves_as_root_with_the_hardening_provisioning_al
     assert not values(svc, "AmbientCapabilities") or one(svc, "AmbientCapabilities") == ""
     # settings that would break provisioning if someone "hardened" further
     assert values(svc, "RestrictSUIDSGID") in ([], ["no"])  # the root and homes are setgid
-    assert values(svc, "ProtectProc") in ([], ["default"])  # runs are found by uid in /proc
+    # no conversation reads another's command line (the released CLI's message is on it)
+    assert one(svc, "ProtectProc") == "invisible"
     assert not values(svc, "PrivateUsers") and not values(svc, "MemoryDenyWriteExecute")
     assert one(unit["Install"], "WantedBy") == "multi-user.target"
 
@@ -238,7 +239,7 @@ async def served(cmd: list[str], env: dict[str, str], port: int) -> AsyncIterato
         assert proc.stderr is not None
         err = await asyncio.wait_for(proc.stderr.read(), 60)
         await asyncio.wait_for(proc.wait(), 60)
-        if proc.returncode != 0:
+        if proc.returncode != 0 or os.environ.get("JB_SHOW_SERVE_LOG"):
             print(err.decode(errors="replace")[-4000:])
 
 
@@ -326,3 +327,57 @@ def test_without_cap_fsetid_the_setgid_bits_are_silently_lost(
     for path in (shared_root, chats, home):
         assert not path.stat().st_mode & stat.S_ISGID, path
         assert path.stat().st_gid == grp.getgrnam(operator_group.name).gr_gid
+
+
+# the unit's /proc: a fresh one with hidepid=invisible (ProtectProc), its /proc/sys read-only
+# over it (ProtectKernelTunables), which keeps any run from mounting a /proc of its own
+UNIT_PROC = (
+    "mount -t proc -o hidepid=invisible proc /proc && mount --bind /proc/sys /proc/sys && "
+    'mount -o remount,bind,ro /proc/sys && exec "$@"'
+)
+
+
+@needs_root
+async def test_under_the_units_proc_a_released_cli_run_takes_approvals_unseen_and_stops(
+    shared_root: Path, fake_dir: Path, uid_range: tuple[int, int], operator_group: OperatorGroup
+) -> None:
+    """The released CLI's message is its argument: under the unit's /proc (ProtectProc,
+    ProtectKernelTunables) and capabilities, another conversation cannot read it, the
+    approval it asks for is answered, and a stop still ends a run the gateway cannot see."""
+    caps = unit_caps()
+    port = _free_port()
+    env = gateway_env(
+        shared_root,
+        fake_dir,
+        uid_range,
+        JAZZ_BRIDGE_OPERATOR_GROUP=operator_group.name,
+        JAZZ_BRIDGE_SERVER__PORT=str(port),
+        JAZZ_BRIDGE_ISOLATION="on",
+    )
+    env.update(install_fake_runner(fake_dir, released=True))
+    env["PYTHONPATH"] = str(REPO)
+    unit_proc = ["unshare", "--mount", "--propagation", "private", "--"]
+    unit_proc += ["sh", "-c", UNIT_PROC, "unit-proc"]
+    cli = [*unit_proc, *_setpriv(caps), sys.executable, "-m", "bridge.cli"]
+    async with served([*cli, "serve"], env, port) as client:
+        await client.post("a", "approve the-secret-of-a")
+        prompt = (await client.wait_role("a", "prompt"))[0]
+        tokens = {c["label"]: c["token"] for c in prompt["choices"]}
+        await client.post("b", "readprocs")
+        await client.wait_role("b", "assistant")
+        (procs,) = [e for e in client.runs() if e["event"] == "procs"]
+        assert any("readprocs" in line for line in procs["cmdlines"]), procs
+        assert not any("the-secret-of-a" in line for line in procs["cmdlines"]), procs
+        status, body = await client.press("a", tokens["Approve"], "ada")
+        assert status == 200, body
+        answer = await client.wait_role("a", "assistant")
+        assert "the tool was approved" in answer[0]["text"]
+
+        await client.post("c", "hang")
+        await wait_until(lambda: len(client.starts("web:c")) == 1, what="the hanging run")
+        pid = client.starts("web:c")[0]["pid"]
+        assert Path(f"/proc/{pid}").exists()  # the test sees the host's /proc
+        await client.post("c", "/stop")
+        await wait_until(lambda: not Path(f"/proc/{pid}").exists(), what="the run killed")
+        errors = await client.wait_role("c", "error")
+        assert "Stopped by ada" in errors[0]["text"]

@@ -30,10 +30,12 @@ executor, the storage and history services, and commander 15's parser and help),
   "Received ... Shutting down..." on stdout and exit 0 without an envelope; once the
   approval reader has attached to stdin the process lives until stdin is closed.
 
-It logs every run as JSON lines in ``$FAKE_DIR/run-<pid>.log`` exactly as ``fake_runner.py``
-does (``start`` with ``home`` and ``turns``, ``end``, ``spawned``), and obeys the same words
-in the prompt (case-sensitive, whole words):
+It logs every run as JSON lines in ``$FAKE_DIR/run-<pid namespace>-<pid>-<start>.log``
+(pids repeat across PID namespaces) as ``fake_runner.py`` does (``start`` with ``home``
+and ``turns``, ``end``, ``spawned``), and obeys the same words in the prompt
+(case-sensitive, whole words):
 
+  readprocs         log every command line it can read in /proc (event "procs")
   hold NAME         wait until $FAKE_DIR/release-NAME exists (bounded 60 s; --timeout counts)
   crash             die without an envelope (a stack trace on stderr, exit 1: 0 and 1 only)
   garbage           print a line that is not JSON on stdout, exit 1
@@ -91,6 +93,19 @@ def pid_namespace() -> str:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
         return ""
+
+
+def readable_cmdlines() -> list[str]:
+    """Every command line this process can read in its ``/proc``, as a curious agent would."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    found.append(fh.read().replace(b"\0", b" ").decode("utf-8", "replace"))
+            except OSError:
+                continue
+    return found
 
 
 def start_time() -> int:
@@ -1334,6 +1349,8 @@ class Run:
             name = words[index + 1] if index + 1 < len(words) else ""
             release = os.path.join(FAKE_DIR, f"release-{name}")
             self.wait(lambda: os.path.exists(release), 60)
+        if "readprocs" in words:  # what another conversation's agent could read of runs
+            log({"event": "procs", "cmdlines": readable_cmdlines(), "conversation": conv})
         if "crash" in words:
             err(CRASH_TRACE)
             raise CliExit(1)
