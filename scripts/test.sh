@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Set up everything the tests need on a fresh machine, then run them.
-# Used as-is by .ci/run. Extra arguments go to pytest.
+# Used as-is by .ci/run. Extra arguments go to pytest (one session, whose fake runner
+# JB_TEST_RUNNER=documented|released picks).
+#
+# Without arguments there are two sessions at once, each in its own uid band and temporary
+# directory: the whole suite (against the fake of the documented runner contract), and
+# every end-to-end test (those built on tests/bridge/gateway_harness.py's fake runner) again
+# against the fake of the released Jazz CLI (tests/fakes/fake_jazz.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -14,4 +20,22 @@ if ! command -v systemd-analyze >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
-exec .venv/bin/python -m pytest -q "$@"
+if [ "$#" -gt 0 ]; then
+  exec .venv/bin/python -m pytest -q "$@"
+fi
+
+mapfile -t e2e < <(grep -rlE --include='test_*.py' 'gateway_env|install_fake_runner' tests | sort)
+released_log=$(mktemp)
+trap 'rm -f "$released_log"' EXIT
+JB_TEST_RUNNER=released JB_TEST_UID_BAND=75000-78999 \
+  .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$(mktemp -d)" "${e2e[@]}" \
+  >"$released_log" 2>&1 &
+released=$!
+status=0
+JB_TEST_UID_BAND=71000-74799 .venv/bin/python -m pytest -q --basetemp="$(mktemp -d)" || status=$?
+released_status=0
+wait "$released" || released_status=$?
+echo
+echo "=== the end-to-end tests against the released Jazz CLI's fake (${#e2e[@]} files) ==="
+cat "$released_log"
+[ "$status" = 0 ] && [ "$released_status" = 0 ]

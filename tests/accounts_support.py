@@ -32,10 +32,17 @@ class OperatorGroup:
     member_uid: int
 
 
+# the uids this test session may take (JB_TEST_UID_BAND=LO-HI): scripts/test.sh runs two
+# sessions at once (the documented and the released CLI's fakes), each in its own band
+UID_BAND = tuple(int(n) for n in os.environ.get("JB_TEST_UID_BAND", "71000-78999").split("-"))
+
+
 def free_uid_range(span: int = 200) -> tuple[int, int]:
     """A uid range nothing on this host uses (tests must never take over real accounts)."""
+    band_lo, band_hi = UID_BAND
+    slots = max((band_hi + 1 - span - band_lo) // 100 + 1, 1)
     for _ in range(100):
-        lo = 71000 + secrets.randbelow(80) * 100
+        lo = band_lo + secrets.randbelow(slots) * 100
         if all(_uid_free(u) for u in range(lo, lo + span)):
             return lo, lo + span - 1
     raise RuntimeError("no free uid range for tests")

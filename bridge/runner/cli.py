@@ -3,12 +3,14 @@
 Which CLI ``runner.command`` is (documented or released, :mod:`.dialect`) is found once at
 start. The documented CLI gets the chat text as a JSON line on stdin; the released one as
 its positional argument after ``--`` (so text starting with ``-`` stays the prompt), which
-is the only way it takes approvals on stdin: each run then starts in a PID namespace with a
-private ``/proc`` (:mod:`provisioning.private_proc`) so no other conversation reads it in
-``/proc/<pid>/cmdline``. Where that namespace cannot be had, or the text is too long for an
-argument, the released CLI reads it from stdin, closed at once, and a run that then needs
-an approval is stopped with a reply saying why. Stdin is closed once the envelope is read
-(the released CLI waits for that after an approval).
+is the only way it takes approvals on stdin: so that no other conversation reads it in
+``/proc/<pid>/cmdline``, each such run starts in a PID namespace with a private ``/proc``
+(:mod:`provisioning.private_proc`), or, isolated under a ``/proc`` that already hides
+other accounts' processes (systemd's ``ProtectProc=invisible``), as it is. Where neither
+holds, or the text is too long for an argument, the released CLI reads it from stdin,
+closed at once, and a run that then needs an approval is stopped with a reply saying why.
+Stdin is closed once the envelope is read (the released CLI waits for that after an
+approval).
 
 Progress comes as NDJSON on stderr (the released CLI's events put in the documented shapes
 here), one envelope on stdout. The process runs as the conversation's account, in its own
@@ -36,7 +38,7 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from provisioning import private_proc
 from provisioning.errors import ProvisioningError
@@ -80,6 +82,9 @@ MAX_QUEUED_EVENTS = 256  # progress events read ahead of the engine; then the ru
 # MAX_LINE each would be 4 GiB held for one run whose engine is busy
 MAX_QUEUED_BYTES = 16 * 1024 * 1024
 EXIT_POLL_S = 0.05  # how often an exit is looked for while a leftover child holds the pipes
+# where a run's prompt goes: a JSON line on stdin (documented CLI), the last argument, or
+# all of stdin, closed at once (released CLI)
+PromptMode = Literal["json", "argv", "stdin"]
 ASK_TOOL = "ask_user_question"  # the released CLI's question tool: it cannot reach a person
 TOOL_EVENTS = frozenset({"tool_call", "tool_execution_start"})
 ANSWER_FRAMES = {
@@ -114,7 +119,7 @@ class CliRunner(RunnerBackend):
         self.sweeps = Sweeps()  # finished runs' leftovers, one /proc scan for many
         self._found = False
 
-    def prompt_mode(self, request: RunRequest) -> str:
+    def prompt_mode(self, request: RunRequest) -> PromptMode:
         """Where the prompt goes: ``json`` (documented: a JSON line on stdin), ``argv``
         (released, hidden from other conversations), ``stdin`` (released: raw, closed)."""
         if not self.profile.released:
@@ -122,7 +127,7 @@ class CliRunner(RunnerBackend):
         fits = len(request.prompt.encode("utf-8", "surrogatepass")) <= MAX_ARGV_PROMPT_BYTES
         return "argv" if self.argv_hidden and fits and "\0" not in request.prompt else "stdin"
 
-    def argv(self, request: RunRequest, mode: str = "json") -> list[str]:
+    def argv(self, request: RunRequest, mode: PromptMode = "json") -> list[str]:
         if self.profile.released:
             return self._released_argv(request, mode)
         argv = [
@@ -145,7 +150,7 @@ class CliRunner(RunnerBackend):
         ]
         return argv
 
-    def _released_argv(self, request: RunRequest, mode: str) -> list[str]:
+    def _released_argv(self, request: RunRequest, mode: PromptMode) -> list[str]:
         """The released CLI's flags, each only where its help lists it; the prompt last."""
         accepts = self.profile.options
         categories = self.profile.categories or frozenset()
@@ -238,7 +243,7 @@ class CliRunHandle(RunHandle):
         sweeps: Sweeps | None = None,
         *,
         profile: CliProfile = DOCUMENTED_ASSUMED,
-        prompt_mode: str = "json",
+        prompt_mode: PromptMode = "json",
         private_proc: bool = False,
         argv_hidden: bool = False,
     ) -> None:
@@ -594,11 +599,12 @@ class CliRunHandle(RunHandle):
             stop_reason=self._stop_reason,
         )
         if self._unanswerable is not None and not result.ok:
-            why = (
-                "the message is too long to pass as an argument"
-                if self.argv_hidden
-                else "runs here cannot have a private /proc"
-            )
+            if not self.argv_hidden:
+                why = "runs here cannot have a private /proc"
+            elif "\0" in self.request.prompt:  # prompt_mode's other reason for stdin
+                why = "the message contains a NUL character, which no argument can hold"
+            else:
+                why = "the message is too long to pass as an argument"
             result = replace(
                 result,
                 code="approval_unavailable",

@@ -107,13 +107,15 @@ def run_events(fake_dir: Path) -> list[dict[str, Any]]:
 
 
 def run_starts(fake_dir: Path, thread: str = "") -> list[dict[str, Any]]:
-    """The runs the fake runner started (all, or those of the thread key ``thread``)."""
+    """The runs the fake runner started: all, those of the thread key ``thread``, or, for a
+    platform's prefix (``telegram:``), those of its threads (by their homes' names: a run's
+    ``--conversation`` is opaque)."""
+    starts = [r for r in run_events(fake_dir) if r["event"] == "start"]
+    if thread.endswith(":"):
+        home = thread[:-1] + "-"
+        return [r for r in starts if os.path.basename(r.get("home") or "").startswith(home)]
     prefix = conversation_prefix(thread) if thread else ""
-    return [
-        r
-        for r in run_events(fake_dir)
-        if r["event"] == "start" and r["conversation"].startswith(prefix)
-    ]
+    return [r for r in starts if r["conversation"].startswith(prefix)]
 
 
 def released_cli() -> bool:
