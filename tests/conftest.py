@@ -1,11 +1,16 @@
 """Shared fixtures: throwaway operator groups and uid ranges for real-account tests (root).
 
+With ``JB_TEST_RUNNER=released`` the session keeps only the end-to-end tests (the files
+built on ``gateway_harness``'s fake runner), which then run against the fake of the
+released Jazz CLI: the rest would only repeat the documented session.
+
 Helpers tests import live in ``accounts_support`` (a ``conftest`` module cannot be imported
 by name once subdirectories have conftest files of their own).
 """
 
 from __future__ import annotations
 
+import functools
 import grp
 import os
 import pwd
@@ -73,3 +78,22 @@ def fake_dir(tmp_path: Path) -> Path:
             break
         os.chmod(parent, 0o755)
     return d
+
+
+E2E_MARKS = ("gateway_env", "install_fake_runner")
+
+
+@functools.cache
+def _builds_on_the_fake_runner(path: Path) -> bool:
+    text = path.read_text(encoding="utf-8")
+    return any(mark in text for mark in E2E_MARKS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("JB_TEST_RUNNER", "documented") != "released":
+        return
+    keep = [item for item in items if _builds_on_the_fake_runner(item.path)]
+    dropped = [item for item in items if not _builds_on_the_fake_runner(item.path)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
