@@ -40,7 +40,7 @@ from .ops import add_ops_routes
 from .ports import Adapter, AdapterContext, AdapterSpec
 from .retention import Sweeper
 from .runner import CliRunner, RunnerBackend, default_command
-from .runner.dialect import runner_profile
+from .runner.dialect import runner_profile, template_provider
 from .server import build_app, make_runner
 from .store import SqliteStore, Store
 from .turns import Engine
@@ -176,6 +176,7 @@ def make_backend(
         profile=profile,
         private_proc=unavailable is None,
         argv_hidden=hidden,
+        default_provider=template_provider(cfg.home_template, cfg.agent),
     )
 
 

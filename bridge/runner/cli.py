@@ -28,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -85,6 +86,8 @@ EXIT_POLL_S = 0.05  # how often an exit is looked for while a leftover child hol
 # where a run's prompt goes: a JSON line on stdin (documented CLI), the last argument, or
 # all of stdin, closed at once (released CLI)
 PromptMode = Literal["json", "argv", "stdin"]
+# what the released CLI prints on stdout when it is stopped (its only output then)
+SHUTDOWN_LINE = re.compile(r"Received SIG[A-Z]+\. Shutting down\.\.\.")
 ASK_TOOL = "ask_user_question"  # the released CLI's question tool: it cannot reach a person
 TOOL_EVENTS = frozenset({"tool_call", "tool_execution_start"})
 ANSWER_FRAMES = {
@@ -105,6 +108,7 @@ class CliRunner(RunnerBackend):
         profile: CliProfile = DOCUMENTED_ASSUMED,
         private_proc: bool = False,
         argv_hidden: bool | None = None,
+        default_provider: str | None = None,
     ) -> None:
         if not command:
             raise RunnerError("runner.command is empty")
@@ -116,6 +120,8 @@ class CliRunner(RunnerBackend):
         # command line, by that namespace or by the host's /proc (hidepid, isolated runs)
         self.private_proc = private_proc
         self.argv_hidden = private_proc if argv_hidden is None else argv_hidden
+        # the model provider of runner.agent in the home template (runs that never said)
+        self.default_provider = default_provider
         self.sweeps = Sweeps()  # finished runs' leftovers, one /proc scan for many
         self._found = False
 
@@ -210,6 +216,7 @@ class CliRunner(RunnerBackend):
             prompt_mode=mode,
             private_proc=identity.private_proc,
             argv_hidden=self.argv_hidden,
+            default_provider=self.default_provider,
         )
         await handle.begin()
         return handle
@@ -246,6 +253,7 @@ class CliRunHandle(RunHandle):
         prompt_mode: PromptMode = "json",
         private_proc: bool = False,
         argv_hidden: bool = False,
+        default_provider: str | None = None,
     ) -> None:
         self.proc = proc
         self.sweeps = sweeps
@@ -254,7 +262,8 @@ class CliRunHandle(RunHandle):
         self.prompt_mode = prompt_mode
         self.private_proc = private_proc
         self.argv_hidden = argv_hidden
-        self._provider: str | None = None  # from stream_start: is a $0 run free?
+        # from stream_start (else the home template's agent): is a $0 run free?
+        self._provider: str | None = default_provider
         self._question: str | None = None  # asked through the released CLI's ask tool
         self._unanswerable: str | None = None  # a tool needing an approval nobody can give
         self.tag = tag
@@ -413,7 +422,7 @@ class CliRunHandle(RunHandle):
                 self._envelope = line
                 self._garbage = False
                 self._close_stdin()  # the released CLI waits for it after an approval
-            elif line and self._envelope is None:
+            elif line and self._envelope is None and not SHUTDOWN_LINE.fullmatch(line):
                 self._garbage = True
 
     def _close_stdin(self) -> None:

@@ -238,6 +238,27 @@ def runner_profile(
     return profile_for(command, env, cache, write=write)
 
 
+AGENT_FILE_MAX_BYTES = 1 << 20
+
+
+def template_provider(template: Path | None, agent: str) -> str | None:
+    """The model provider (``config.llmProvider``) of ``agent`` in the home template, or
+    None: what a run that never names its provider (stopped before its first model call)
+    used, for the spend cap. The operator's file, read without following a link."""
+    if template is None:
+        return None
+    path = template / "agents" / f"{agent}.json"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            data = json.loads(fh.read(AGENT_FILE_MAX_BYTES))
+    except (OSError, ValueError):
+        return None
+    config = data.get("config") if isinstance(data, dict) else None
+    provider = config.get("llmProvider") if isinstance(config, dict) else None
+    return provider if isinstance(provider, str) and provider.strip() else None
+
+
 def needs_person(data: Mapping[str, Any], policy: str) -> bool:
     """Whether a released CLI's ``approval_required`` waits for a person: it approves by
     itself what its risk level puts at or under the run's policy (``approval_resolved`` with

@@ -52,6 +52,11 @@ def _cost_known(env: dict[str, Any], cost: float | None, provider: str | None) -
         return env["costKnown"] is True
     if cost > 0:
         return True
+    return is_free(provider)
+
+
+def is_free(provider: str | None) -> bool:
+    """Whether ``provider`` is a local one whose runs cost nothing."""
     return provider is not None and provider.strip().lower() in FREE_LOCAL_PROVIDERS
 
 
@@ -217,7 +222,11 @@ def parse_envelope(
     if line is None:
         what = "printed something that is not an envelope" if garbage else "printed no envelope"
         reason = f"the runner {what} ({exit_status(exit_code)})"
-        return RunResult(ok=False, code="no_envelope", error=reason, **base)
+        # a run of a free local provider cost nothing, envelope or not: the released CLI
+        # prints none when it is stopped, and an unpriced run would close the spend cap
+        return RunResult(
+            ok=False, code="no_envelope", error=reason, cost_known=is_free(provider), **base
+        )
     try:
         env = json.loads(line)
         if "\\u" in line:  # only an escape can make a lone surrogate (the line is UTF-8)

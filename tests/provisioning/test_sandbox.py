@@ -16,6 +16,7 @@ from provisioning.layout import init_root
 from provisioning.sandbox import (
     RunIdentity,
     build_env,
+    probe_env,
     resolve_isolation,
     run_identity,
     setpriv_path,
@@ -101,6 +102,39 @@ def test_environment_is_an_allowlist_without_secrets(tmp_path: Path) -> None:
     assert "SLACK_BOT_TOKEN" not in env
     assert "RANDOM_THING" not in env
     assert "JAZZ_BRIDGE_SLACK__BOT_TOKEN" not in env
+
+
+# what the released Jazz CLI (0.14.2) reads besides the long-known providers
+RELEASED_CLI_ENV = {
+    "LLAMACPP_BASE_URL": "http://127.0.0.1:8080",
+    "LLAMACPP_API_KEY": "ll",
+    "MOONSHOT_API_KEY": "ms",
+    "TOGETHER_AI_API_KEY": "tg-ai",
+    "FIREWORKS_API_KEY": "fw",
+    "CEREBRAS_API_KEY": "cb",
+    "ZHIPU_API_KEY": "zp",
+    "ALIBABA_API_KEY": "al",
+    "MINIMAX_API_KEY": "mm",
+    "AI_GATEWAY_API_KEY": "ag",
+    "BRAVE_API_KEY": "br",
+    "EXA_API_KEY": "ex",
+    "LINKUP_API_KEY": "lk",
+    "PARALLEL_API_KEY": "pl",
+    "PERPLEXITY_API_KEY": "px",
+    "TAVILY_API_KEY": "tv",
+    "JAZZ_CONFIG_PATH": "/etc/jazz/config.json",
+    "JAZZ_OFFLINE": "1",
+}
+
+
+def test_the_released_clis_provider_variables_reach_a_run_and_probe(tmp_path: Path) -> None:
+    info = init_root(tmp_path / "r")
+    home = Homes(info, isolated=False).ensure("web:released-env")
+    gateway = {**GATEWAY_ENV, **RELEASED_CLI_ENV}
+    for env in (build_env(home, surface="web", environ=gateway), probe_env(environ=gateway)):
+        assert {k: env.get(k) for k in RELEASED_CLI_ENV} == RELEASED_CLI_ENV
+        assert "JAZZ_BRIDGE_SLACK__BOT_TOKEN" not in env and "SLACK_BOT_TOKEN" not in env
+        assert "RANDOM_THING" not in env
 
 
 def test_single_account_run_keeps_our_identity_and_umask_077(tmp_path: Path) -> None:

@@ -197,6 +197,25 @@ async def test_a_free_local_run_does_not_close_the_daily_cap(env: dict[str, str]
         assert "fake answer to: second of the day" in answers[1]["text"]
 
 
+async def test_a_stopped_free_local_run_does_not_close_the_daily_cap(
+    env: dict[str, str],
+) -> None:
+    """The released CLI prints no envelope when it is stopped: a /stop left an unpriced
+    run, and the cap closed the gateway to everyone for the rest of the day. The home
+    template's agent is llamacpp's, whose runs cost nothing, envelope or not."""
+    env["JAZZ_BRIDGE_LIMITS__DAILY_COST_USD"] = "1"
+    async with running_gateway(env) as (_, client):
+        await client.post("capstop", "hold C1")
+        await wait_until(lambda: len(client.starts("web:capstop")) == 1, BOUND_S, "C1 running")
+        await client.post("capstop", "/stop")
+        await client.wait_role("capstop", "error", timeout=BOUND_S)
+        client.release("C1")
+        await client.post("capstop", "after the stop")
+        answers = await client.wait_role("capstop", "assistant", timeout=BOUND_S)
+        assert "fake answer to: after the stop" in answers[0]["text"]
+        assert not await said(client, "capstop", LIMIT_TEXT)
+
+
 async def test_an_unpriced_documented_run_closes_the_daily_cap(
     env: dict[str, str], fake_dir: Path
 ) -> None:
