@@ -125,11 +125,15 @@ def released_cli() -> bool:
     return os.environ.get(TEST_RUNNER_ENV, "documented") == "released"
 
 
-def install_fake_runner(fake_dir: Path, released: bool | None = None) -> dict[str, str]:
+def install_fake_runner(
+    fake_dir: Path, released: bool | None = None, *, provider: str = "llamacpp"
+) -> dict[str, str]:
     """The session's fake runner (or the released CLI's, ``released``) copied into
     ``fake_dir`` (conversation accounts must be able to run it: a copy next to the log, a
     shared Python) and the settings that use it; the released CLI's fake also gets the home
-    template a real Jazz needs."""
+    template a real Jazz needs, its agent on ``provider`` (llamacpp: free, its $0 runs are
+    priced; a paid one such as openai: its $0 runs are unpriced, as the documented fake's
+    all are)."""
     if not (released_cli() if released is None else released):
         runner = fake_dir / "fake_runner.py"
         shutil.copyfile(FAKE_RUNNER, runner)
@@ -141,7 +145,7 @@ def install_fake_runner(fake_dir: Path, released: bool | None = None) -> dict[st
     template = fake_dir / "home-template"
     (template / "agents").mkdir(parents=True, exist_ok=True)
     (template / "config.json").write_text(json.dumps({"llm": {"llamacpp": {}}}))
-    agent = {"id": "default", "name": "default", "config": {"llmProvider": "llamacpp"}}
+    agent = {"id": "default", "name": "default", "config": {"llmProvider": provider}}
     (template / "agents" / "default.json").write_text(json.dumps(agent))
     return {
         "JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps([shared_interpreter(), str(runner)]),

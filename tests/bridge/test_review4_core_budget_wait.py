@@ -14,7 +14,7 @@ from pathlib import Path
 import plain_surface
 import pytest
 from accounts_support import remove_accounts
-from gateway_harness import gateway_env, running_gateway, wait_until
+from gateway_harness import gateway_env, install_fake_runner, running_gateway, wait_until
 from gateway_harness import run_starts as starts
 
 from bridge.model import Inbound, InboxState
@@ -25,6 +25,7 @@ LIMIT_TEXT = "Today's spending limit for this gateway is reached"
 @pytest.fixture
 def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
     e = gateway_env(tmp_path / "root", fake_dir, uid_range)
+    e.update(install_fake_runner(fake_dir, provider="openai"))  # its runs are unpriced
     e["JAZZ_BRIDGE_ISOLATION"] = "off"
     e["JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS"] = "1"
     e["JAZZ_BRIDGE_LIMITS__DAILY_COST_USD"] = "100"
