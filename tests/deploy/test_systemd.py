@@ -212,6 +212,27 @@ def _status(pid: int) -> dict[str, str]:
         return dict(line.rstrip("\n").split(":\t", 1) for line in fh if ":\t" in line)
 
 
+def unit_env(
+    root: Path,
+    fake_dir: Path,
+    uid_range: tuple[int, int],
+    operator_group: OperatorGroup,
+    port: int,
+) -> dict[str, str]:
+    """The gateway's environment as the unit gives it (isolation on, the operators' group),
+    for ``python -m bridge.cli`` from this checkout."""
+    env = gateway_env(
+        root,
+        fake_dir,
+        uid_range,
+        JAZZ_BRIDGE_OPERATOR_GROUP=operator_group.name,
+        JAZZ_BRIDGE_SERVER__PORT=str(port),
+        JAZZ_BRIDGE_ISOLATION="on",
+    )
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
 @asynccontextmanager
 async def served(cmd: list[str], env: dict[str, str], port: int) -> AsyncIterator[Client]:
     proc = await asyncio.create_subprocess_exec(
@@ -250,16 +271,8 @@ async def test_the_gateway_provisions_runs_and_stops_runs_under_the_units_capabi
 ) -> None:
     caps = unit_caps()
     port = _free_port()
-    env = gateway_env(
-        shared_root,
-        fake_dir,
-        uid_range,
-        JAZZ_BRIDGE_OPERATOR_GROUP=operator_group.name,
-        JAZZ_BRIDGE_SERVER__PORT=str(port),
-        JAZZ_BRIDGE_ISOLATION="on",
-    )
+    env = unit_env(shared_root, fake_dir, uid_range, operator_group, port)
     cli = [sys.executable, "-m", "bridge.cli"]
-    env["PYTHONPATH"] = str(REPO)
     shared_root.mkdir()  # tmpfiles.d's line makes the (empty) root before the first start
     # ExecStartPre
     pre = subprocess.run(
@@ -350,16 +363,8 @@ async def test_under_the_units_proc_a_released_cli_run_takes_approvals_unseen_an
     approval it asks for is answered, and a stop still ends a run the gateway cannot see."""
     caps = unit_caps()
     port = _free_port()
-    env = gateway_env(
-        shared_root,
-        fake_dir,
-        uid_range,
-        JAZZ_BRIDGE_OPERATOR_GROUP=operator_group.name,
-        JAZZ_BRIDGE_SERVER__PORT=str(port),
-        JAZZ_BRIDGE_ISOLATION="on",
-    )
+    env = unit_env(shared_root, fake_dir, uid_range, operator_group, port)
     env.update(install_fake_runner(fake_dir, released=True))
-    env["PYTHONPATH"] = str(REPO)
     unit_proc = ["unshare", "--mount", "--propagation", "private", "--"]
     unit_proc += ["sh", "-c", UNIT_PROC, "unit-proc"]
     cli = [*unit_proc, *_setpriv(caps), sys.executable, "-m", "bridge.cli"]
