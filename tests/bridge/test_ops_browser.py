@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from accounts_support import remove_accounts
-from gateway_harness import gateway_env, running_gateway
+from gateway_harness import gateway_env, install_fake_runner, running_gateway
 
 from bridge.operators import LIST_COLUMNS
 
@@ -37,7 +37,9 @@ needs_chromium = pytest.mark.skipif(
 
 @pytest.fixture
 def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
-    yield gateway_env(tmp_path / "root", fake_dir, uid_range)
+    env = gateway_env(tmp_path / "root", fake_dir, uid_range)
+    env.update(install_fake_runner(fake_dir, provider="openai"))  # its runs are unpriced
+    yield env
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
