@@ -26,7 +26,7 @@ from aiohttp.http_exceptions import BadHttpMessage
 
 from bridge import rules
 from bridge.model import Attachment, Inbound, Outgoing, ReplyKind, ReplyTarget
-from bridge.peers import peer_uid
+from bridge.peers import can_tell, peer_uid
 from bridge.ports import (
     AdapterContext,
     Capabilities,
@@ -199,7 +199,7 @@ class WebAdapter:
         self._closing = False
         # connection -> whether its client is a conversation's account (see _from_a_run);
         # forgotten with the connection
-        self._peers: weakref.WeakKeyDictionary[asyncio.BaseTransport, bool] = (
+        self._peers: weakref.WeakKeyDictionary[asyncio.BaseTransport, str] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -247,9 +247,10 @@ class WebAdapter:
         async def guarded(request: web.Request) -> web.StreamResponse:
             if self._token is None and not is_loopback(_hostname(request.host)):
                 return _bad(f"this web chat answers on loopback only, not as {request.host!r}", 421)
-            if self._token is None and await self._from_a_run(request):
+            refusal = await self._from_a_run(request) if self._token is None else None
+            if refusal:
                 self.ctx.metrics.auth_failures.labels("web", "account").inc()
-                return _bad("a conversation's account may not use the web chat", 403)
+                return _bad(refusal, 403)
             if request.method == "POST":
                 if request.content_type != "application/json":
                     return _bad("the body must be JSON (Content-Type: application/json)", 415)
@@ -261,25 +262,34 @@ class WebAdapter:
 
         return guarded
 
-    async def _from_a_run(self, request: web.Request) -> bool:
-        """Whether the client is a conversation's account (a run on this host, see
-        bridge/peers.py): trusted loopback means the person at the keyboard, not an agent
+    async def _from_a_run(self, request: web.Request) -> str:
+        """Why the client may not use the web chat ("" when it may): a conversation's
+        account (a run on this host, see bridge/peers.py), or a client nobody can be told
+        of (fail closed). Trusted loopback means the person at the keyboard, not an agent
         asking for another conversation's thread."""
         transport = request.transport
         if transport is None:
-            return False
+            return ""
         known = self._peers.get(transport)  # one look per connection: its peer stays
         if known is not None:
             return known
         peer = transport.get_extra_info("peername")
         local = transport.get_extra_info("sockname")
         if not (isinstance(peer, tuple) and isinstance(local, tuple)):
-            return False  # not TCP (a Unix socket): no conversation reaches it
+            return ""  # not TCP (a Unix socket): no conversation reaches it
         uid = await asyncio.to_thread(peer_uid, peer[:2], local[:2])  # ~ms: /proc/net/tcp
         accounts = self.ctx.core.accounts
-        refused = uid is not None and accounts.uid_min <= uid <= accounts.uid_max
-        self._peers[transport] = refused
-        return refused
+        refusal = ""
+        if uid is None and can_tell():  # no process holds that socket, or it is not shown
+            refusal = (
+                "the web chat could not tell which account this connection is from (it was "
+                "closed, or is not in the socket table), so it is refused; set web.token to "
+                "use the chat by token"
+            )
+        elif uid is not None and accounts.uid_min <= uid <= accounts.uid_max:
+            refusal = "a conversation's account may not use the web chat"
+        self._peers[transport] = refusal
+        return refusal
 
     def _authorized(self, request: web.Request) -> bool:
         if self._token is None:

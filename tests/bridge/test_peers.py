@@ -66,3 +66,17 @@ def test_a_client_of_another_account() -> None:
 def test_no_such_connection_is_none() -> None:
     assert peer_uid(("127.0.0.1", 1), ("127.0.0.1", 2)) is None
     assert peer_uid(("not an address", 1), ("127.0.0.1", 2)) is None
+
+
+def test_a_client_that_closed_is_no_ones() -> None:
+    """Its FIN_WAIT2 row says uid 0 and inode 0 whoever opened it: not a uid to trust."""
+    srv = _server(socket.AF_INET, "127.0.0.1")
+    with srv:
+        client = socket.create_connection(srv.getsockname()[:2], timeout=30)
+        conn, _ = srv.accept()
+        with conn:
+            peer, local = conn.getpeername()[:2], conn.getsockname()[:2]
+            assert peer_uid(peer, local) == os.getuid()
+            client.close()  # the server end stays open: the client's row lingers, orphaned
+            assert conn.recv(1) == b""  # its FIN has arrived
+            assert peer_uid(peer, local) is None
