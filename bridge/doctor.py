@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioning import naming
+from provisioning.accounts import USAGE_WARN_AT
 from provisioning.layout import Layout
 from provisioning.modes import (
     ARCHIVE_DIR_MODE,
@@ -286,6 +287,8 @@ def run_checks(
                     "jazz-bridge repair rebuilds it from the homes",
                 )
             )
+    if isolated and accounts:
+        checks.append(uid_range_check(settings, accounts))
     for name in homes:
         path = layout.chats / name
         st = os.lstat(path)
@@ -328,6 +331,23 @@ def run_checks(
     )
     checks += runner_checks(settings, runner_command, isolated)
     return checks + (cli_checks(settings, profile, isolated) if profile is not None else [])
+
+
+def uid_range_check(settings: CoreSettings, accounts: dict[str, dict[str, object]]) -> Check:
+    """How much of accounts.uid_min..uid_max conversation accounts hold: a WARN from 80%
+    (accounts are kept, archived conversations' too; when all are taken no new
+    conversation can start)."""
+    lo, hi = settings.accounts.uid_min, settings.accounts.uid_max
+    uids = [e.get("uid") for e in accounts.values()]
+    used = sum(1 for u in uids if isinstance(u, int) and lo <= u <= hi)
+    capacity = hi - lo + 1
+    share = used / capacity
+    return Check(
+        True,
+        f"uid range {lo}-{hi}: {used} of {capacity} held by conversations ({share:.0%})",
+        "widen accounts.uid_min..uid_max into uids no other account uses before it is full",
+        warn=share >= USAGE_WARN_AT[0],
+    )
 
 
 def cli_checks(settings: CoreSettings, profile: CliProfile, isolated: bool) -> list[Check]:

@@ -48,6 +48,17 @@ class Metrics:
         self.runs_in_flight = Gauge(
             "jazz_bridge_runs_in_flight", "Runs currently executing.", registry=r
         )
+        self.accounts_used = Gauge(
+            "jazz_bridge_accounts_used",
+            "Uids of accounts.uid_min..uid_max that conversation accounts hold (isolated; "
+            "kept while their conversation is archived).",
+            registry=r,
+        )
+        self.accounts_capacity = Gauge(
+            "jazz_bridge_accounts_capacity",
+            "Uids in accounts.uid_min..uid_max: no new conversation starts once all are held.",
+            registry=r,
+        )
         self.replies = Counter(
             "jazz_bridge_replies",
             "Replies by surface and result (sent, confirmed, retried, failed; "

@@ -264,6 +264,7 @@ class Engine:
             # In the background (about half a millisecond per account): runs wait for it.
             self._leftovers_killed.clear()
             self._spawn(self._kill_account_leftovers(self.homes.registry), "kill-leftovers")
+            await self._count_accounts()
         interrupted: list[ReplyRecord] = []
         running = await self.store.messages_in_state(InboxState.RUNNING)
         if running:  # a backend's runs outlive the process that started them (a daemon's)
@@ -1182,8 +1183,17 @@ class Engine:
         home = self._homes.get(msg.conversation_id)
         if home is None or not await asyncio.to_thread(self.homes.present, home):
             home = await asyncio.to_thread(self.homes.ensure, msg.thread_key)
+            await self._count_accounts()
         _remember(self._homes, msg.conversation_id, home)
         return home
+
+    async def _count_accounts(self) -> None:
+        """``/metrics``' share of the uid range conversation accounts hold (isolated)."""
+        registry = self.homes.registry
+        if self.homes.isolated and registry is not None:
+            used, capacity = await asyncio.to_thread(registry.usage)
+            self.metrics.accounts_used.set(used)
+            self.metrics.accounts_capacity.set(capacity)
 
     async def _acquire_slot(self, slot: ConversationSlot, msg: MessageRecord) -> None:
         if self._runs_sem.locked() and not slot.told:

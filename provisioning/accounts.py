@@ -115,6 +115,10 @@ def _gr_by_gid(gid: int) -> grp.struct_group | None:
         return None
 
 
+# the shares of the uid range whose passing is warned of (logs; doctor warns from the first)
+USAGE_WARN_AT = (0.8, 0.9, 0.95, 0.99, 1.0)
+
+
 class AccountRegistry:
     """Creates and remembers conversation accounts for one root. Thread-safe."""
 
@@ -291,6 +295,36 @@ class AccountRegistry:
 
     # -- creation -----------------------------------------------------------------------------
 
+    def usage(self) -> tuple[int, int]:
+        """How many uids of the range conversation accounts hold, and how many it has.
+
+        Accounts are kept (an archived conversation keeps its uid), so a range fills up:
+        :meth:`ensure` warns as it passes :data:`USAGE_WARN_AT` of it (and doctor, and the
+        gateway's ``/metrics``), before new conversations can no longer start.
+        """
+        lo, hi = self.uid_range
+        with self._locked():
+            used = sum(1 for e in self._accounts.values() if lo <= int(e["uid"]) <= hi)
+        return used, hi - lo + 1
+
+    def _warn_when_filling(self, used_before: int) -> None:
+        """One warning per step (80%, 90%, 95%, 99%, full) the range's use just passed."""
+        lo, hi = self.uid_range
+        capacity = hi - lo + 1
+        used = used_before + 1
+        passed = [f for f in USAGE_WARN_AT if used_before < f * capacity <= used]
+        if passed:
+            log.warning(
+                "conversation accounts hold %d of the %d uids of %d-%d (%d%%): once all are "
+                "taken no new conversation can start; widen accounts.uid_min..uid_max into "
+                "uids no other account uses",
+                used,
+                capacity,
+                lo,
+                hi,
+                int(100 * used / capacity),
+            )
+
     def ensure(self, home: str, thread_key: str | None = None) -> Account:
         """The account of ``home``, created (or recreated) when missing.
 
@@ -302,9 +336,12 @@ class AccountRegistry:
         with self._locked():
             entry = self._accounts.get(home)
             if entry is None:
+                lo, hi = self.uid_range
+                used = sum(1 for e in self._accounts.values() if lo <= int(e["uid"]) <= hi)
                 entry = self._allocate(home, thread_key)
                 self._accounts[home] = entry
                 self._save()
+                self._warn_when_filling(used)
             elif thread_key and entry.get("threadKey") != thread_key:
                 entry["threadKey"] = thread_key
                 self._save()

@@ -1,0 +1,66 @@
+"""A uid range filling up with conversation accounts (hostile input: one user opening
+thread after thread, as root).
+
+Every new thread makes an account, kept for good (an archived conversation keeps its
+uid): 960 signed mentions from one allowlisted user took a 1,000-uid range in 93 s, and no
+new conversation could start for anyone after that, with no word before it happened. The
+gateway now says so as the range passes 80%: in its log, in ``/metrics``
+(``jazz_bridge_accounts_used`` of ``jazz_bridge_accounts_capacity``) and in doctor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from accounts_support import needs_root, remove_accounts
+from faults_support import gateway_env, running_gateway
+
+pytestmark = [pytest.mark.faults, needs_root]
+
+RANGE_SIZE = 5
+
+
+@pytest.fixture
+def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
+    small = (uid_range[0], uid_range[0] + RANGE_SIZE - 1)
+    yield gateway_env(tmp_path / "root", fake_dir, small, JAZZ_BRIDGE_ISOLATION="on")
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+def gauge(text: str, name: str) -> float:
+    (line,) = [ln for ln in text.splitlines() if ln.startswith(name + " ")]
+    return float(line.split()[1])
+
+
+async def test_a_filling_uid_range_is_warned_of_in_the_log_metrics_and_doctor(
+    env: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="provisioning.accounts")
+    async with running_gateway(env) as (_, client):
+        for n in range(1, 5):  # one user, four threads: four accounts of five uids
+            await client.post(f"t{n}", "hello")
+            await client.wait_role(f"t{n}", "assistant")
+            warned = [r.getMessage() for r in caplog.records if "uids of" in r.getMessage()]
+            # 4 of 5 is 80%: the first warning, not before
+            assert len(warned) == (1 if n == 4 else 0), warned
+        assert "hold 4 of the 5 uids" in warned[0] and "(80%)" in warned[0], warned
+        assert "accounts.uid_min..uid_max" in warned[0]
+        async with client.session.get(client.base + "/metrics") as resp:
+            metrics = await resp.text()
+        assert gauge(metrics, "jazz_bridge_accounts_used") == 4
+        assert gauge(metrics, "jazz_bridge_accounts_capacity") == RANGE_SIZE
+    doctor = subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
+    (line,) = [ln for ln in doctor.stdout.splitlines() if "uid range" in ln]
+    assert line.startswith("WARN") and "4 of 5 held by conversations (80%)" in line, line
