@@ -201,6 +201,10 @@ class ProgressSettings(Section):
 class AccountsSettings(Section):
     uid_min: int = Field(default=70000, ge=1000)
     uid_max: int = Field(default=79999, ge=1000)
+    # new conversations (each one an account, kept) one person, and one team or chat, may
+    # start in 24 hours; 0: no limit
+    new_per_user_per_day: int = Field(default=50, ge=0)
+    new_per_team_per_day: int = Field(default=500, ge=0)
 
 
 class LogSettings(Section):

@@ -132,3 +132,10 @@ class ReplyTarget:
     surface: str
     thread_key: str
     context: dict[str, Any] = field(default_factory=dict)
+
+
+def thread_group(thread_key: str) -> str:
+    """The team or chat a thread belongs to: its key's first two ``:`` parts (a Slack
+    workspace ``slack:T0123``, a Telegram chat ``telegram:-100…``; a web thread is its own).
+    Every adapter's keys are ``platform:<team or chat>[:...]``."""
+    return ":".join(thread_key.split(":", 2)[:2])

@@ -44,7 +44,15 @@ from .logs import mask
 from .markdown import closed, split_markdown
 from .message_queue import AlbumKey, MessageQueue, album_key
 from .metrics import Metrics
-from .model import Attachment, Inbound, InboxState, Outgoing, ReplyKind, ReplyTarget
+from .model import (
+    Attachment,
+    Inbound,
+    InboxState,
+    Outgoing,
+    ReplyKind,
+    ReplyTarget,
+    thread_group,
+)
 from .ports import (
     DeliveryError,
     FileTooLarge,
@@ -74,6 +82,7 @@ from .store import (
 )
 
 log = logging.getLogger(__name__)
+DAY_S = 24 * 3600  # the window of the new-conversation limits
 
 INTERRUPTED_TEXT = (
     "⚠️ Your message was interrupted before it was answered (the gateway stopped or "
@@ -1256,12 +1265,16 @@ class Engine:
         ``release``: the run slot held, given back before the answer is sent."""
         why = self.deliverer.gone(msg.conversation_id)
         over = None if why is not None else await self._over_budget()
-        if why is None and over is None:
+        too_many = None if why or over else await self._too_many_new(msg)
+        if why is None and over is None and too_many is None:
             return False
         if release is not None:
             release()
         if why is not None:
             await self._close_unreachable(msg, why)
+            return True
+        if too_many is not None:
+            await self._finish_message(msg, InboxState.FAILED, "new-limit", too_many)
             return True
         await self._finish_message(
             msg,
@@ -1271,6 +1284,41 @@ class Engine:
             "run again after midnight UTC.",
         )
         return True
+
+    async def _too_many_new(self, msg: MessageRecord) -> str | None:
+        """Why ``msg`` may not start a new conversation (each one is an account, kept for
+        good), or None: its sender, or its team or chat, started the most allowed in the
+        last 24 hours (``accounts.new_per_user_per_day``, ``new_per_team_per_day``)."""
+        cfg = self.settings.accounts
+        if msg.conversation_id in self._homes or not (
+            cfg.new_per_user_per_day or cfg.new_per_team_per_day
+        ):
+            return None
+        group = thread_group(msg.thread_key)
+        ran, mine, team = await self.store.conversations_started(
+            msg.conversation_id, msg.sender_id, group, time.time() - DAY_S
+        )
+        if ran:
+            return None
+        if cfg.new_per_user_per_day and mine >= cfg.new_per_user_per_day:
+            who = f"You have started {mine} new conversations"
+        elif cfg.new_per_team_per_day and team >= cfg.new_per_team_per_day:
+            who = f"This team or chat has started {team} new conversations"
+        else:
+            return None
+        log.warning(
+            "new conversation %s refused: %s started %d, %s %d in 24 h",
+            msg.thread_key,
+            msg.sender_id,
+            mine,
+            group,
+            team,
+        )
+        return (
+            f"🚫 {who} in the last 24 hours, the most this gateway allows; this one was not "
+            "started. Continue one of your conversations, or ask an operator to raise the "
+            "limit (accounts.new_per_user_per_day, new_per_team_per_day)."
+        )
 
     async def _over_budget(self) -> str | None:
         """Why no new run may start today (the daily cap), or None."""

@@ -293,6 +293,16 @@ class Store(abc.ABC):
         """Newest first."""
 
     @abc.abstractmethod
+    async def conversations_started(
+        self, conversation_id: int, requester: str, group: str, since: float
+    ) -> tuple[bool, int, int]:
+        """Whether conversation ``conversation_id`` has ever run, and how many conversations
+        first seen since ``since`` have run, started (their first run asked) by
+        ``requester`` and in ``group`` (its thread key or its threads' ``group:`` prefix,
+        :func:`bridge.model.thread_group`): new conversations are limited per person and
+        team (each is an account)."""
+
+    @abc.abstractmethod
     async def cost_since(self, since: float) -> tuple[float, int]:
         """(sum of known costUSD, number of unpriced runs) of runs finished since ``since``."""
 

@@ -1018,6 +1018,28 @@ class SqliteStore(Store):
 
         return await self._call(work)
 
+    async def conversations_started(
+        self, conversation_id: int, requester: str, group: str, since: float
+    ) -> tuple[bool, int, int]:
+        prefix = group + ":"
+
+        def work(conn: sqlite3.Connection) -> tuple[bool, int, int]:
+            ran = conn.execute(
+                "SELECT 1 FROM runs WHERE conversation_id = ? LIMIT 1", (conversation_id,)
+            ).fetchone()
+            by_requester, by_group = conn.execute(
+                "SELECT count(CASE WHEN first = ? THEN 1 END),"
+                " count(CASE WHEN thread_key = ? OR substr(thread_key, 1, ?) = ? THEN 1 END)"
+                " FROM (SELECT c.thread_key, (SELECT requester FROM runs"
+                "  WHERE conversation_id = c.id ORDER BY id LIMIT 1) AS first"
+                "  FROM conversations c WHERE c.created_at >= ?)"
+                " WHERE first IS NOT NULL",
+                (requester, group, len(prefix), prefix, since),
+            ).fetchone()
+            return ran is not None, int(by_requester), int(by_group)
+
+        return await self._call(work)
+
     async def cost_since(self, since: float) -> tuple[float, int]:
         def work(conn: sqlite3.Connection) -> tuple[float, int]:
             total, unpriced = conn.execute(

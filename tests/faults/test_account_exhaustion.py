@@ -10,6 +10,7 @@ gateway now says so as the range passes 80%: in its log, in ``/metrics``
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -19,7 +20,10 @@ from pathlib import Path
 
 import pytest
 from accounts_support import needs_root, remove_accounts
-from faults_support import gateway_env, running_gateway
+from faults_support import gateway_env, running_gateway, wait_until
+from plain_surface import INSTANCES, SPEC  # tests/bridge, on the path by faults_support
+
+from bridge.model import Inbound
 
 pytestmark = [pytest.mark.faults, needs_root]
 
@@ -64,3 +68,49 @@ async def test_a_filling_uid_range_is_warned_of_in_the_log_metrics_and_doctor(
     )
     (line,) = [ln for ln in doctor.stdout.splitlines() if "uid range" in ln]
     assert line.startswith("WARN") and "4 of 5 held by conversations (80%)" in line, line
+
+
+def plain_message(n: int, thread: str, sender: str) -> Inbound:
+    return Inbound(
+        platform="plain", event_id=f"e{n}", thread_key=thread, sender_id=sender, text="hi"
+    )
+
+
+async def test_new_conversations_are_limited_per_person_and_per_team(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Each new thread is an account: one person may start 2 a day here, one team 3;
+    the refused are told why and get no account, and threads already running go on."""
+    env["JAZZ_BRIDGE_ACCOUNTS__NEW_PER_USER_PER_DAY"] = "2"
+    env["JAZZ_BRIDGE_ACCOUNTS__NEW_PER_TEAM_PER_DAY"] = "3"
+    env["JAZZ_BRIDGE_ACCOUNTS__UID_MAX"] = str(int(env["JAZZ_BRIDGE_ACCOUNTS__UID_MIN"]) + 50)
+    accounts = tmp_path / "root" / "state" / "accounts.json"
+    async with running_gateway(env, {"plain": SPEC}) as (app, _):
+        surface = INSTANCES[-1].surface
+        engine = app.engine
+        assert engine is not None
+
+        def said(message_id: int) -> list[str]:
+            """What was sent for one message (reply keys are ``<kind>:<message id>...``)."""
+            return [m.text for key, m in surface.sent if key.split(":")[1] == str(message_id)]
+
+        async def send(n: int, thread: str, sender: str) -> str:
+            result = await engine.submit(plain_message(n, thread, sender))
+            assert result.message_id is not None
+            message_id = result.message_id
+            await wait_until(lambda: bool(said(message_id)), 20, f"an answer in {thread}")
+            return said(message_id)[-1]
+
+        assert "fake answer" in await send(1, "plain:teamA:1", "ada")
+        assert "fake answer" in await send(2, "plain:teamA:2", "ada")
+        refused = await send(3, "plain:teamA:3", "ada")  # ada's third
+        assert "You have started 2 new conversations in the last 24 hours" in refused
+        assert "accounts.new_per_user_per_day" in refused
+        assert "fake answer" in await send(4, "plain:teamA:4", "bob")  # the team's third
+        refused = await send(5, "plain:teamA:5", "bob")  # the team's fourth
+        assert "This team or chat has started 3 new conversations" in refused
+        assert "fake answer" in await send(6, "plain:teamB:1", "bob")  # another team
+        # a conversation already started goes on, whoever writes in it
+        assert "fake answer" in await send(7, "plain:teamA:1", "ada")
+    made = json.loads(accounts.read_text())["accounts"]
+    assert len(made) == 4, made  # the refused got no account
