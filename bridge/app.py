@@ -243,6 +243,8 @@ class GatewayApp:
             health=self._health,
             ready=self._ready,
             max_body_bytes=self.settings.server.max_body_bytes,
+            max_buffered_bytes=self.settings.server.max_buffered_bytes,
+            max_requests_per_peer=self.settings.server.max_requests_per_peer,
         )
         for adapter in self.adapters:
             adapter.add_routes(self.web_app)

@@ -161,6 +161,10 @@ class ServerSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8787, ge=0, le=65535)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # every body being read at once, together (never under max_body_bytes), and requests
+    # under way from one peer (a TLS proxy in front is one peer: keep room for its traffic)
+    max_buffered_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    max_requests_per_peer: int = Field(default=256, ge=1)
     shutdown_grace_s: float = Field(default=8.0, gt=0, le=60)
 
 

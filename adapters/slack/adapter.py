@@ -39,6 +39,7 @@ from bridge.errors import AdapterError
 from bridge.model import Attachment, Inbound, Outgoing, ReplyTarget
 from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatus
 from bridge.prompts import issued
+from bridge.server import gate_bodies
 from bridge.store import StoreError, StoreFull
 
 from . import guard
@@ -365,6 +366,19 @@ class SlackAdapter:
     def add_routes(self, app: web.Application) -> None:
         if self.settings.mode == "http":  # socket mode receives nothing over HTTP
             app.router.add_post(EVENTS_PATH, self.events)
+            gate_bodies(app, EVENTS_PATH, self._refusal)  # unsigned bodies are never read
+
+    def _refusal(self, request: web.Request) -> web.Response | None:
+        """Why the request cannot be Slack's from its headers alone (no signature, or a
+        stale timestamp), or None: its signature is checked once its body is read."""
+        failure = guard.header_failure(
+            request.headers.get("X-Slack-Request-Timestamp"),
+            request.headers.get("X-Slack-Signature"),
+        )
+        if failure is None:
+            return None
+        self.ctx.metrics.auth_failures.labels(PLATFORM, failure).inc()
+        return web.Response(status=401, text="invalid request signature")
 
     async def events(self, request: web.Request) -> web.Response:
         if self._app is None:

@@ -80,19 +80,27 @@ LISTS = frozenset({"blocks", "attachments"})
 MAX_TS_DIGITS = 12  # a timestamp longer than this is no Slack timestamp
 
 
-def signature_failure(
-    raw: bytes, timestamp: str | None, signature: str | None, secret: str
-) -> str | None:
-    """Why the request is not signed by Slack (``missing``, ``stale``, ``signature``), or None."""
+def header_failure(timestamp: str | None, signature: str | None) -> str | None:
+    """What the signature headers alone say is wrong (``missing``, ``stale``), or None:
+    checked before the body is read, so an unsigned request is never buffered."""
     if not timestamp or not signature:
         return "missing"
     # Slack sends seconds since the epoch: ten ASCII digits. int() would take a 400-digit
     # number (whose distance from now overflows a float) or non-ASCII digits.
     if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= MAX_TS_DIGITS):
         return "missing"
-    ts = int(timestamp)
-    if abs(time.time() - ts) > SIGNATURE_WINDOW_S:
+    if abs(time.time() - int(timestamp)) > SIGNATURE_WINDOW_S:
         return "stale"
+    return None
+
+
+def signature_failure(
+    raw: bytes, timestamp: str | None, signature: str | None, secret: str
+) -> str | None:
+    """Why the request is not signed by Slack (``missing``, ``stale``, ``signature``), or None."""
+    failure = header_failure(timestamp, signature)
+    if failure is not None or timestamp is None or signature is None:
+        return failure or "missing"
     base = b"v0:" + timestamp.encode("ascii", "replace") + b":" + raw
     expected = "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace")):

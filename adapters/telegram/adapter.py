@@ -31,6 +31,7 @@ from bridge.errors import AdapterError
 from bridge.model import Inbound, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import AdapterContext, DeliveryError, PressResult, PressStatus, SubmitStatus
 from bridge.prompts import issued
+from bridge.server import gate_bodies
 from bridge.store import StoreError
 
 from . import convert, guard
@@ -40,6 +41,7 @@ from .surface import TelegramSurface, retry_seconds
 from .transport import AiohttpRequest, env_proxy
 
 log = logging.getLogger(__name__)
+WEBHOOK_PATH = "/telegram/webhook"
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 (a header name)
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
@@ -229,9 +231,11 @@ class TelegramAdapter:
     # -- webhook ------------------------------------------------------------------------------
 
     def add_routes(self, app: web.Application) -> None:
-        app.router.add_post("/telegram/webhook", self.webhook)
+        app.router.add_post(WEBHOOK_PATH, self.webhook)
+        gate_bodies(app, WEBHOOK_PATH, self._refusal)  # no body read before the secret
 
-    async def webhook(self, request: web.Request) -> web.Response:
+    def _refusal(self, request: web.Request) -> web.Response | None:
+        """Why the request cannot be Telegram's, from its headers, or None."""
         if self.mode != "webhook" or self._secret is None:
             return web.Response(status=404, text="telegram is not in webhook mode")
         # surrogateescape: header bytes that are not UTF-8 compare (and fail) as bytes
@@ -240,6 +244,12 @@ class TelegramAdapter:
             self.ctx.metrics.auth_failures.labels("telegram", "secret").inc()
             log.warning("telegram webhook: wrong or missing %s", SECRET_HEADER)
             return web.Response(status=403, text="wrong or missing secret token")
+        return None
+
+    async def webhook(self, request: web.Request) -> web.Response:
+        refused = self._refusal(request)  # the gate saw it; a route without a body too
+        if refused is not None:
+            return refused
         if self.rules is None:
             return web.Response(status=503, text="not started")
         raw = await request.read()  # over server.max_body_bytes: 413 (the server counts it)

@@ -34,6 +34,7 @@ from bridge.ports import (
     PressStatus,
     SubmitStatus,
 )
+from bridge.server import gate_bodies
 from bridge.store import StoreError, StoreFull
 
 from .replay import EventLog
@@ -232,6 +233,14 @@ class WebAdapter:
         app.router.add_get("/api/threads/{thread}/messages", self._guard(self.get_messages))
         app.router.add_post("/api/threads/{thread}/choices", self._guard(self.post_choice))
         app.router.add_get("/api/threads/{thread}/events", self._guard(self.events))
+        gate_bodies(app, "/api/", self._refusal)  # with a token, no body read without it
+
+    def _refusal(self, request: web.Request) -> web.Response | None:
+        """A body is read only with the token (when one is set), or None."""
+        if self._authorized(request):
+            return None
+        self.ctx.metrics.auth_failures.labels("web", "token").inc()
+        return _bad("missing or wrong token (Authorization: Bearer ...)", 401)
 
     def _guard(self, handler: Handler) -> Handler:
         """What a browser cannot be made to do from another site, on every web route.
