@@ -9,7 +9,6 @@ and hands the agent an empty answer (recording 12); the runner layer flags the q
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -22,7 +21,6 @@ from accounts_support import remove_accounts
 from gateway_harness import gateway_env, install_fake_runner, running_gateway, wait_until
 
 from bridge.model import Inbound, ReplyKind
-from bridge.runner import RunHandle, RunRequest, RunResult
 from bridge.runner.cli import shared_interpreter
 
 ERROR = "Server error (500): fake upstream exploded"
@@ -173,66 +171,55 @@ async def test_a_released_provider_failure_shows_what_is_left_of_its_stack_trace
 
 KEY = "plain:room"
 QUESTION = "Which colour?"
-LONG_QUESTION = "\n".join(f"Which colour for part {n} of the long chart?" for n in range(200))
 
 
 async def test_a_question_the_cli_could_not_ask_is_noted_after_the_answer(
-    env: dict[str, str],
+    env: dict[str, str], fake_dir: Path
 ) -> None:
-    """The released CLI's ask tool got "" back and the agent answered without it: the person
-    is told what it wanted to ask, in a reply kept within the surface's length."""
+    """The released CLI's ask tool got "" back and the agent answered without it (recording
+    12, the released CLI's fake): the person is told what it wanted to ask, in a reply kept
+    within the surface's length; a run that asked nothing gets no note."""
     env["JAZZ_BRIDGE_ISOLATION"] = "off"
-    questions = {"ask colour": QUESTION, "ask long": LONG_QUESTION, "plain": ""}
+    env.update(install_fake_runner(fake_dir, released=True))
     async with running_gateway(env, {"plain": plain_surface.SPEC}) as (app, _):
         surface = plain_surface.INSTANCES[-1].surface
         engine = app.engine
         assert engine is not None
-        start = engine.backend.start
 
-        async def flagging_start(request: RunRequest) -> RunHandle:
-            handle = await start(request)
-            wait = handle.wait
-
-            async def flagged_wait() -> RunResult:
-                result = await wait()
-                flags = {**result.flags, "unasked_question": questions[request.prompt]}
-                return dataclasses.replace(result, flags=flags)
-
-            handle.wait = flagged_wait  # type: ignore[method-assign]
-            return handle
-
-        engine.backend.start = flagging_start  # type: ignore[method-assign]
-
-        def answers(prompt: str) -> list[str]:
+        def answer(message_id: int) -> list[str]:
             return [
                 m.text
-                for _, m in surface.sent
-                if m.kind is ReplyKind.ANSWER and f"fake answer to: {prompt}" in m.text
+                for key, m in surface.sent
+                if m.kind is ReplyKind.ANSWER and key.split(":")[1] == str(message_id)
             ]
 
-        for i, prompt in enumerate(questions):
-            await engine.submit(
+        async def ask(n: int, prompt: str) -> str:
+            result = await engine.submit(
                 Inbound(
                     platform="plain",
-                    event_id=f"e{i}",
-                    thread_key=f"{KEY}{i}",
+                    event_id=f"e{n}",
+                    thread_key=f"{KEY}{n}",
                     sender_id="u1",
                     text=prompt,
                 )
             )
-            await wait_until(lambda p=prompt: bool(answers(p)), 20, f"the answer to {prompt!r}")
+            assert result.message_id is not None
+            message_id = result.message_id
+            await wait_until(lambda: bool(answer(message_id)), 20, f"the answer to {prompt!r}")
+            (text,) = answer(message_id)
+            return text
 
-        (text,) = answers("ask colour")
+        text = await ask(1, "askuser")
         note = (
             f"❓ The agent wanted to ask “{QUESTION}” but this Jazz CLI cannot ask in the chat, "
             "so it went on without an answer. You can reply with your answer in a new message."
         )
-        assert text.startswith(f"fake answer to: ask colour\n\n{note}\n\n_"), text
+        assert text.startswith(f"User answered: 'User responded: '\n\n{note}\n\n_"), text
 
-        (text,) = answers("plain")  # an empty question: no note
+        text = await ask(2, "plain")  # asked nothing: no note
         assert "wanted to ask" not in text, text
 
-        (text,) = answers("ask long")  # one line, clipped: the note stays short
+        text = await ask(3, "asklong")  # one line, cut (by the CLI, then the note): short
         assert "“Which colour for part 0 of the long chart? Which colour for part 1" in text
         assert "…” but this Jazz CLI cannot ask" in text and len(text) < 1000, len(text)
         limit = surface.capabilities.max_length

@@ -47,6 +47,7 @@ and ``turns``, ``end``, ``spawned``), and obeys the same words in the prompt
   approve           execute_command (high-risk) through the real approval flow; answers
                     "the tool was approved" or "the tool was rejected"
   askuser           the ask_user_question tool, which gets "" back (recording 12)
+  asklong           the same with a question of 200 lines (cut to 200 characters in events)
   webapp            create_web_app: a static web app written under <jazz home>/webapps
   costly            costUSD 0.25
 Otherwise the model reads a file with the "read" tool and answers "fake answer to: <prompt>".
@@ -93,6 +94,9 @@ def pid_namespace() -> str:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
         return ""
+
+
+LONG_QUESTION = "\n".join(f"Which colour for part {n} of the long chart?" for n in range(200))
 
 
 def readable_cmdlines() -> list[str]:
@@ -1390,8 +1394,8 @@ class Run:
             )
         elif "approve" in words:
             result = self.approval_run()
-        elif "askuser" in words:
-            result = self.ask_user()
+        elif "askuser" in words or "asklong" in words:
+            result = self.ask_user(LONG_QUESTION if "asklong" in words else "Which colour?")
         elif "webapp" in words:
             result = self.web_app("Here is the web app: Fake chart", None)
         else:
@@ -1548,9 +1552,9 @@ class Run:
         self.wait(answered, None)
         return decision[0]
 
-    def ask_user(self) -> dict:
+    def ask_user(self, question: str) -> dict:
         args = {
-            "question": "Which colour?",
+            "question": question,
             "suggested_responses": [
                 {"value": "red", "label": "Red"},
                 {"value": "blue", "label": "Blue"},
