@@ -435,7 +435,7 @@ class SlackSurface:
     ) -> None:
         self.client = client
         self._token = bot_token
-        self._api_host = (urlsplit(api_url).hostname or "").lower()
+        self._api_origin = _origin(api_url)
         self.max_file_bytes = max_file_bytes
         self._unclear: dict[str, tuple[str, str | None]] = {}  # reply key -> channel, thread
         # reply key -> (file name, size, when it was sent) of an upload that failed in a way
@@ -919,11 +919,18 @@ class SlackSurface:
     # -- files --------------------------------------------------------------------------------
 
     def _may_send_token(self, url: str) -> bool:
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        if host == self._api_host and host:
+        """Whether ``url`` is Slack's (https on 443, a slack.com host) or the configured API's
+        (``slack.api_url``: the same scheme, host and port): the bot token goes nowhere else,
+        not to another port or a plain-http URL on the same host."""
+        origin = _origin(url)
+        if origin is None:
+            return False
+        if origin == self._api_origin:
             return True
-        return parts.scheme == "https" and (host == "slack.com" or host.endswith(".slack.com"))
+        scheme, host, port = origin
+        return (scheme, port) == ("https", 443) and (
+            host == "slack.com" or host.endswith(".slack.com")
+        )
 
     async def resolve(self, attachment: Attachment) -> Attachment:
         """A file sent as ``check_file_info`` (its id only) completed from files.info."""
@@ -1006,3 +1013,20 @@ class SlackSurface:
             media_type=info.get("mimetype") or attachment.media_type,
             platform_id=file_id,
         )
+
+
+DEFAULT_PORTS = {"https": 443, "http": 80}
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """A URL's scheme, host and port (its scheme's default when it names none), or None
+    when it has no host or an invalid port."""
+    parts = urlsplit(url)
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    try:
+        port = parts.port or DEFAULT_PORTS.get(scheme)
+    except ValueError:
+        return None
+    if not host or port is None:
+        return None
+    return scheme, host, port

@@ -63,6 +63,7 @@ from bridge.model import Attachment, Choice, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import Capabilities, ChatGone, DeliveryError, FileTooLarge
 
 from . import convert
+from .transport import without_token
 
 log = logging.getLogger(__name__)
 
@@ -556,8 +557,8 @@ class TelegramSurface:
         if not path.startswith(base) or ".." in path[len(base) :].split("/"):
             raise DeliveryError(
                 f"could not fetch {attachment.name}: Telegram named it {path[:80]!r}, which is "
-                f"not a file of {base} (a self-hosted Bot API server in --local mode is not "
-                "supported)",
+                f"not a file of {without_token(base)} (a self-hosted Bot API server in --local "
+                "mode is not supported)",
                 permanent=True,
             )
 
