@@ -381,6 +381,8 @@ def gateway_env(root: Path, argv: list[str], level: int, per: int, uids: tuple[i
         "JAZZ_BRIDGE_SERVER__PORT": "0",
         "JAZZ_BRIDGE_RUNNER__COMMAND": json.dumps(argv),
         "JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS": str(level),
+        # every message is the one user "bench"'s: the gateway's cap is what is measured
+        "JAZZ_BRIDGE_LIMITS__MAX_RUNS_PER_USER": "0",
         "JAZZ_BRIDGE_LIMITS__MAX_QUEUED_PER_CONVERSATION": str(max(5, per + 5)),
         "JAZZ_BRIDGE_PROGRESS__FIRST_AFTER_S": "3600",
         "JAZZ_BRIDGE_ACCOUNTS__UID_MIN": str(uids[0]),

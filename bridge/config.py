@@ -189,11 +189,16 @@ class RunnerSettings(Section):
 
 class LimitsSettings(Section):
     max_concurrent_runs: int = Field(default=4, ge=1)
+    # runs one person, and one team or chat (bridge.model.thread_group), may have going at
+    # once: each at most max_concurrent_runs (a larger value means that); 0: no cap of its
+    # own. A run waiting for its person's answer still counts for the person, not the team
+    max_runs_per_user: int = Field(default=2, ge=0)
+    max_runs_per_team: int = Field(default=3, ge=0)
     max_queued_per_conversation: int = Field(default=5, ge=0)
     daily_cost_usd: float | None = Field(default=None, ge=0)
     max_attachment_bytes: int = Field(default=20 * 1024 * 1024, ge=0)
-    # a prompt nobody answers this long is declined for the agent (a waiting run holds a
-    # run slot); None: wait for ever
+    # a prompt nobody answers this long is declined for the agent (a run waiting for its
+    # person still counts against that person's max_runs_per_user); None: wait for ever
     prompt_wait_s: float | None = Field(default=3600.0, gt=0)
 
 

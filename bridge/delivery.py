@@ -44,7 +44,7 @@ from pathlib import Path
 
 from provisioning.errors import UnsafePathError
 
-from .files import read_in_home
+from .files import paths_for_people, read_in_home
 from .metrics import Metrics
 from .model import Outgoing, ReplyKind, ReplyState
 from .ports import ChatGone, ConfirmsDelivery, DeliveryError, Surface
@@ -335,7 +335,14 @@ class Deliverer:
                     raise UnsafePathError("the conversation has no home")
                 data = await asyncio.to_thread(read_in_home, home, out.file_path)
             except (UnsafePathError, OSError) as exc:
-                notice = Outgoing(kind=ReplyKind.NOTICE, text=f"Artifact `{name}` not sent: {exc}")
+                # the log names the full path; the chat, the file relative to the home
+                log.warning(
+                    "artifact %s of %s not sent: %s", out.file_path, rec.target.thread_key, exc
+                )
+                why = str(exc)
+                if home is not None:  # <root>/chats/<home>
+                    why = paths_for_people(why, home, home.parents[1])
+                notice = Outgoing(kind=ReplyKind.NOTICE, text=f"Artifact `{name}` not sent: {why}")
                 return await surface.send(rec.target, notice, reply_key=rec.dedupe_key)
             if surface.capabilities.upload:
                 return await surface.upload(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import re
@@ -156,9 +157,86 @@ def _link_unused(dir_fd: int, source: str, filename: str) -> str:
     )
 
 
-def check_in_home(home_path: Path, path: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> None:
-    """Raise UnsafePathError unless ``path`` is a regular file inside the home. Blocking."""
+def check_in_home(home_path: Path, path: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> str:
+    """Raise UnsafePathError unless ``path`` is a regular file inside the home; its path
+    relative to the home (``workspace/plot.png``). Blocking."""
     read_in_home(home_path, path, max_bytes, read=False)
+    return in_home(home_path, path)
+
+
+def in_home(home_path: Path, path: str) -> str:
+    """``path`` (absolute, through the home or its real location, or relative to the home)
+    as a normalised path relative to the home; UnsafePathError when it is no path or
+    climbs out. Only the text is looked at: nothing is opened."""
+    try:  # a NUL or a lone surrogate (a runner's JSON allows both) names no file
+        os.fsencode(path)
+        if "\0" in path:
+            raise ValueError("embedded null byte")
+    except (ValueError, UnicodeError) as exc:
+        raise UnsafePathError(
+            f"artifact {shown_path(home_path, path)!r} is no path: {exc}"
+        ) from None
+    target = path if os.path.isabs(path) else os.path.join(home_path, path)
+    rel = os.path.relpath(os.path.normpath(target), os.path.normpath(home_path))
+    if _leaves(rel):
+        # The runner may report a path through the home's real location.
+        rel = os.path.relpath(os.path.normpath(target), os.path.realpath(home_path))
+        if _leaves(rel):
+            raise UnsafePathError(
+                f"artifact {shown_path(home_path, path)} is outside the conversation's home"
+            )
+    return rel
+
+
+def shown_path(home_path: Path, path: str) -> str:
+    """``path`` as people may see it: relative to the home when it lies in it (lexically),
+    else only its last part. The full path is for the operators' log, never the chat: it
+    names the gateway's root and the home's directory."""
+    for base in dict.fromkeys((os.path.normpath(home_path), os.path.realpath(home_path))):
+        target = os.path.normpath(path if os.path.isabs(path) else os.path.join(base, path))
+        rel = os.path.relpath(target, base)
+        if not _leaves(rel):
+            return rel
+    return os.path.basename(os.path.normpath(path)) or path
+
+
+def paths_for_people(text: str, home_path: Path | None, root: Path) -> str:
+    """``text`` (a refusal or an error the gateway writes into a chat) with every path under
+    the gateway's root named as people may see it: a file of the conversation's home
+    relative to the home (``workspace/plot.png``), anything else under the root (another
+    home, ``state/``) by its last part only. The log keeps the full text."""
+    real_root = _real(str(root))
+    bases: list[tuple[str, bool]] = []
+    if home_path is not None:
+        home = str(home_path)
+        inside = os.path.relpath(home, root)
+        # a home is <root>/chats/<name>, never a link: its real path is under the root's
+        real_home = os.path.join(real_root, inside) if not _leaves(inside) else _real(home)
+        bases += [(home, True), (real_home, True)]
+    bases += [(str(root), False), (real_root, False)]
+    kept = (b for b in bases if os.path.isabs(b[0]) and len(b[0].rstrip("/")) > 1)
+    for base, is_home in dict.fromkeys(kept):
+        base = base.rstrip("/")
+        if base not in text:
+            continue
+        # the base, then its own path up to a space or a quote, or nothing more of a name
+        pattern = re.compile(re.escape(base) + r"(?:/([^\s'\"`]*)|(?![\w.-]))")
+
+        def shown(found: re.Match[str], is_home: bool = is_home) -> str:
+            rest = found.group(1) or ""
+            if not rest.strip("/"):
+                return "the conversation's home" if is_home else "the gateway's root"
+            return rest if is_home else os.path.basename(rest.rstrip("/"))
+
+        text = pattern.sub(shown, text)
+    return text
+
+
+@functools.lru_cache(maxsize=16)
+def _real(path: str) -> str:
+    """A path's real location, looked up once: the root and its homes do not move while
+    the gateway serves them."""
+    return os.path.realpath(path)
 
 
 def read_in_home(
@@ -170,24 +248,12 @@ def read_in_home(
     file, or belongs to another account than the home's: a hard link planted in the home
     (where the kernel lets anyone link a file they can name) would otherwise have the
     gateway read, as root, a file the conversation itself cannot (its tokens, /etc/shadow).
+    Its message names the file relative to the home (it is shown in the chat).
     """
-    try:  # a NUL or a lone surrogate (a runner's JSON allows both) names no file
-        os.fsencode(path)
-        if "\0" in path:
-            raise ValueError("embedded null byte")
-    except (ValueError, UnicodeError) as exc:
-        raise UnsafePathError(f"artifact {path!r} is no path: {exc}") from None
-    home_real = os.path.realpath(home_path)
-    target = path if os.path.isabs(path) else os.path.join(home_path, path)
-    rel = os.path.relpath(os.path.normpath(target), os.path.normpath(home_path))
-    if _leaves(rel):
-        # The runner may report a path through the home's real location.
-        rel = os.path.relpath(os.path.normpath(target), home_real)
-        if _leaves(rel):
-            raise UnsafePathError(f"artifact {path} is outside the conversation's home")
-    parts = [p for p in rel.split(os.sep) if p not in ("", ".")]
+    shown = in_home(home_path, path)  # relative to the home, as the chat may see it
+    parts = [p for p in shown.split(os.sep) if p not in ("", ".")]
     if not parts:
-        raise UnsafePathError(f"artifact {path} is not a file")
+        raise UnsafePathError(f"artifact {shown} is not a file")
     # One directory held at a time (the home's owner read first): a path is the runner's
     # word, as deep as the agent made its tree, and one descriptor per level ran the whole
     # gateway out of descriptors for a path deeper than its limit.
@@ -195,7 +261,14 @@ def read_in_home(
     try:
         owner = os.fstat(dir_fd).st_uid
         for part in parts[:-1]:
-            child = pinned.open_dir(part, dir_fd)
+            try:
+                child = pinned.open_dir(part, dir_fd)
+            except UnsafePathError as exc:
+                raise UnsafePathError(f"artifact {shown} cannot be opened safely: {exc}") from exc
+            except OSError as exc:
+                raise UnsafePathError(
+                    f"artifact {shown} cannot be opened safely: {exc.strerror}"
+                ) from exc
             os.close(dir_fd)
             dir_fd = child
         try:
@@ -206,20 +279,20 @@ def read_in_home(
             )
         except OSError as exc:
             raise UnsafePathError(
-                f"artifact {path} cannot be opened safely: {exc.strerror}"
+                f"artifact {shown} cannot be opened safely: {exc.strerror}"
             ) from exc
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise UnsafePathError(f"artifact {path} is not a regular file")
+                raise UnsafePathError(f"artifact {shown} is not a regular file")
             if st.st_uid != owner:
                 raise UnsafePathError(
-                    f"artifact {path} belongs to uid {st.st_uid}, not to the conversation's "
+                    f"artifact {shown} belongs to uid {st.st_uid}, not to the conversation's "
                     f"account (uid {owner}); it is not sent"
                 )
             if st.st_size > max_bytes:
                 raise UnsafePathError(
-                    f"artifact {path} is {st.st_size} bytes, over the {max_bytes}-byte limit"
+                    f"artifact {shown} is {st.st_size} bytes, over the {max_bytes}-byte limit"
                 )
             if not read:
                 return b""

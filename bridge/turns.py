@@ -39,7 +39,7 @@ from .commands import HELP_TEXT, Command, ParsedCommand, parse_command
 from .config import CoreSettings
 from .delivery import Deliverer
 from .errors import RunnerError
-from .files import check_in_home, save_attachment
+from .files import check_in_home, paths_for_people, save_attachment
 from .logs import mask
 from .markdown import closed, split_markdown
 from .message_queue import AlbumKey, MessageQueue, album_key
@@ -69,6 +69,7 @@ from .runner import RunHandle, RunnerBackend, RunRequest, RunResult
 from .runner.base import PROMPT_EVENTS
 from .runner.killer import AccountKillError, kill_accounts
 from .runner.procs import kill_all
+from .scheduler import Lease, RunScheduler, Wait, WaitReason
 from .store import (
     MessageRecord,
     NewReply,
@@ -164,6 +165,7 @@ class ActiveRun:
     summary_shown: bool = False  # its bubble was turned into the summary (not "working")
     reporter: ProgressReporter | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    lease: Lease | None = None  # its run slot (parked while a prompt waits for its person)
 
 
 @dataclass
@@ -214,8 +216,12 @@ class Engine:
         self._home_names: OrderedDict[int, str] = OrderedDict()
         # (conversation, sender, album) -> the id of the part answered without a run
         self._closed_albums: OrderedDict[tuple[int, str, str], int] = OrderedDict()
-        self._runs_sem = asyncio.Semaphore(settings.limits.max_concurrent_runs)
-        self._in_flight = 0
+        # the run slots, shared between people and teams (no one takes them all) and given
+        # back by a run while it waits for its person's answer: see bridge/scheduler.py
+        limits = settings.limits
+        self._runs = RunScheduler(
+            limits.max_concurrent_runs, limits.max_runs_per_user, limits.max_runs_per_team
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_tokens: dict[str, ActiveRun] = {}
         # bubbles that get their run's summary: a Stop pressed just too late must not
@@ -407,6 +413,7 @@ class Engine:
     async def stop(self) -> None:
         """Stop intake, tell every conversation with a run in flight, stop those runs."""
         self.stopping = True
+        self._runs.close()  # messages waiting for a run slot stop waiting: the next start runs them
         self._retry.stop()
         for slot in self._slots.values():  # a worker waiting for a message's parts stops it
             slot.arrived.set()
@@ -435,6 +442,7 @@ class Engine:
         to write to a store that is about to close; a message whose run was cut off stays
         ``running`` and the next start answers it "interrupted"."""
         self.stopping = True
+        self._runs.close()
         self.deliverer.closing = True
         left = [s.worker for s in self._slots.values() if s.worker is not None]
         left += list(self._tasks)
@@ -749,8 +757,13 @@ class Engine:
 
     def _reply(self, msg: MessageRecord, key: str, out: Outgoing) -> NewReply:
         """What goes to the chat, with every configured secret masked: a run holds a provider
-        key (``runner.extra_env``), and an answer quoting it would post it to the thread."""
+        key (``runner.extra_env``), and an answer quoting it would post it to the thread.
+        What the gateway itself says (a notice, an error: refusals, "cannot prepare the
+        home", a file left out) names files relative to the home, never by a path of the
+        root (its log keeps those)."""
         text = mask(out.text)
+        if out.kind in (ReplyKind.NOTICE, ReplyKind.ERROR):
+            text = paths_for_people(text, self._shown_home(msg), self.homes.root.layout.root)
         if text != out.text:
             out = dataclasses.replace(out, text=text)
         return NewReply(
@@ -760,6 +773,14 @@ class Engine:
             target=self._target(msg),
             message_id=msg.id,
         )
+
+    def _shown_home(self, msg: MessageRecord) -> Path | None:
+        """The home whose files a text about ``msg`` may name (relative to it), if any."""
+        home = self._home_path(msg.conversation_id)
+        if home is None:
+            with contextlib.suppress(ProvisioningError):
+                home = self.homes.path_for(msg.thread_key)
+        return home
 
     async def _notice(self, msg: MessageRecord, key: str, text: str) -> None:
         """A status line ("queued", "waiting"...): best effort, it must never cost the
@@ -852,9 +873,11 @@ class Engine:
             who = slot.active.message.sender_name or slot.active.message.sender_id
             lines.append(f"**Running** (for {who}): {slot.active.progress.line()}")
         elif slot.next is not None:  # off the queue, its run not started yet
+            caps = self._runs
             lines.append(
                 "**Starting**: the next message waits for a run slot (the gateway runs at "
-                f"most {self.settings.limits.max_concurrent_runs} at once) or for its parts."
+                f"most {caps.total} at once, {caps.per_user} per person and {caps.per_team} "
+                "per team or chat) or for its parts."
             )
         else:
             lines.append("**Idle**: nothing is running in this conversation.")
@@ -875,7 +898,9 @@ class Engine:
         if cap is not None:
             spent, unpriced = await self.store.cost_since(utc_midnight())
             lines.append(f"Spend today: ${spent:.2f} of ${cap:.2f} ({unpriced} unpriced run(s)).")
-        lines.append(f"Runs in flight across the gateway: {self._in_flight}.")
+        parked = self._runs.parked
+        waiting = f" ({parked} of them waiting for a person's answer)" if parked else ""
+        lines.append(f"Runs in flight across the gateway: {self._runs.held}{waiting}.")
         return "\n".join(lines)
 
     async def _stop_command(self, msg: MessageRecord, slot: ConversationSlot) -> str:
@@ -979,6 +1004,7 @@ class Engine:
                 continue
             resolved_any = True
             run.prompts.pop(rec.token, None)
+            self._unpark(run)  # counted again before the runner hears the answer
             assert run.handle is not None
             await run.handle.answer(answer)
             if rec.token != record.token:  # answered with it ("Approve all"): say so there too,
@@ -1105,19 +1131,34 @@ class Engine:
         run.prompt_replies[record.token] = records[0].id
         if await self.deliverer.deliver(records):
             return False
+        self._park(run, record)
         wait_s = self.settings.limits.prompt_wait_s
         if wait_s is not None:  # counted from when the person could see it
             self._spawn(self._expire_prompt(run, record, wait_s), f"expire-{record.token}")
         return True
 
+    def _park(self, run: ActiveRun, record: PromptRecord) -> None:
+        """``record`` is shown and waits for its person: while nobody answers, the run gives
+        its gateway and team slots to who waits for one (its person's cap still counts it,
+        so nobody parks many runs)."""
+        if run.lease is not None and record.token in run.prompts:  # not answered meanwhile
+            self._runs.park(run.lease)
+
+    def _unpark(self, run: ActiveRun) -> None:
+        """No prompt of ``run`` waits any more: it counts again at once, over the caps for
+        a moment if need be (an answer never waits behind other people's runs; no new run
+        starts until the count is back under the cap)."""
+        if run.lease is not None and not run.prompts:
+            self._runs.resume(run.lease)
+
     async def _expire_prompt(self, run: ActiveRun, record: PromptRecord, wait_s: float) -> None:
         """Decline a prompt nobody answered within ``limits.prompt_wait_s``.
 
-        A run waiting for a person holds one of ``limits.max_concurrent_runs`` slots (its
-        timeout paused, as the runner contract says): a few unanswered approvals would
-        otherwise stop the whole gateway for everyone, for as long as nobody answers. The
-        agent hears "declined" (an approval: rejected) and goes on; the prompt's message
-        says it expired.
+        A run waiting for a person gives its gateway slot back meanwhile (:meth:`_park`),
+        but it still holds its conversation (messages queue behind it) and one of its
+        person's ``limits.max_runs_per_user`` (its timeout paused, as the runner contract
+        says), for as long as nobody answers. The agent hears "declined" (an approval:
+        rejected) and goes on; the prompt's message says it expired.
         """
         try:
             await asyncio.wait_for(run.done.wait(), wait_s)
@@ -1134,6 +1175,7 @@ class Engine:
         ):
             return
         run.prompts.pop(record.token, None)
+        self._unpark(run)
         log.info(
             "prompt %s of %s unanswered for %.0fs: declined",
             record.request_id,
@@ -1178,6 +1220,7 @@ class Engine:
         )
         if not run.prompts:
             run.progress.waiting = False
+        self._unpark(run)
         answer = P.frame(record, "")  # "" declines every kind (approval, input, secret)
         with contextlib.suppress(StoreError):
             await self.store.resolve_prompt(record.token, answer)
@@ -1204,15 +1247,17 @@ class Engine:
             self.metrics.accounts_used.set(used)
             self.metrics.accounts_capacity.set(capacity)
 
-    async def _acquire_slot(self, slot: ConversationSlot, msg: MessageRecord) -> None:
-        if self._runs_sem.locked() and not slot.told:
-            slot.told = True
-            text = (
-                f"🕐 The gateway is running {self._in_flight} other run(s), its limit; yours "
-                "starts as soon as one finishes."
-            )
-            await self._notice(msg, f"waiting:{msg.id}", text)
-        await self._runs_sem.acquire()
+    async def _acquire_slot(self, slot: ConversationSlot, msg: MessageRecord) -> Lease | None:
+        """A run slot for ``msg`` within the gateway's, its person's and its team's caps
+        (``limits.max_concurrent_runs``, ``max_runs_per_user``, ``max_runs_per_team``);
+        None once the gateway is stopping. Told why it waits, once per burst."""
+
+        async def tell(why: Wait) -> None:
+            if not slot.told:
+                slot.told = True
+                await self._notice(msg, f"waiting:{msg.id}", _waiting_text(why))
+
+        return await self._runs.acquire(run_person(msg), thread_group(msg.thread_key), tell)
 
     async def _turn(self, slot: ConversationSlot, msg: MessageRecord) -> None:
         if await self._refused(msg):
@@ -1221,28 +1266,28 @@ class Engine:
         if slot.last is not None:  # the previous run's leftovers are gone before this one
             last, slot.last = slot.last, None  # (waited for without holding a run slot)
             await last.settled()
-        await self._acquire_slot(slot, msg)
+        lease = await self._acquire_slot(slot, msg)
+        if lease is None:  # it waited while the gateway began to stop: the next start runs it
+            return
         released = False
 
         def release() -> None:
             nonlocal released
             if not released:
                 released = True
-                self._in_flight -= 1
                 self.metrics.runs_in_flight.dec()
-                self._runs_sem.release()
+                self._runs.release(lease)
 
-        self._in_flight += 1
         self.metrics.runs_in_flight.inc()
         try:
-            if self.stopping:  # it waited while the gateway began to stop: the next start runs it
+            if self.stopping:  # the gateway began to stop as the slot came: the next start runs it
                 return
             # checked again with the run slot held: while this message waited for it, a run
             # that ended may have taken the day's spend over the cap (its cost is recorded
             # before its slot is given back), or its chat was found to take no more messages
             if await self._refused(msg, release):
                 return
-            ran = await self._run_turn(slot, msg)
+            ran = await self._run_turn(slot, msg, lease)
             if ran is None:
                 return
             try:
@@ -1343,19 +1388,20 @@ class Engine:
             await asyncio.gather(*settling, return_exceptions=True)
 
     async def _run_turn(
-        self, slot: ConversationSlot, msg: MessageRecord
+        self, slot: ConversationSlot, msg: MessageRecord, lease: Lease | None = None
     ) -> tuple[ActiveRun, RunResult] | None:
         """Start and run one message; its run and result, or None when it had begun before.
 
         ``limits.max_concurrent_runs`` counts runs: the caller records the outcome with the
         run slot held (the next run's cap check counts its cost) and sends the answer after
-        giving the slot back.
+        giving the slot back. ``lease``: that slot, parked while a prompt of the run waits
+        for its person (:meth:`_park`).
         """
         run_record = await self.store.begin_run(msg.id, msg.sender_id, parts=msg.merged)
         if run_record is None:  # no longer accepted: started or answered already
             return None
         epoch = run_record.epoch
-        run = ActiveRun(message=msg, run_id=run_record.id, target=self._target(msg))
+        run = ActiveRun(message=msg, run_id=run_record.id, target=self._target(msg), lease=lease)
         run.stopped_by, slot.stop_next = slot.stop_next, None  # a /stop before it started
         slot.next = None
         slot.active = run
@@ -1466,7 +1512,14 @@ class Engine:
             extra_env=cfg.extra_env,
         )
         prompt = msg.text
-        if attachments:
+        if attachments and self.backend.runs_in_workspace:
+            # named from the run's working directory (the workspace), not by paths of the
+            # root: an agent quotes what it was told to the person
+            workspace = home.path / "workspace"
+            attachments = [os.path.relpath(p, workspace) for p in attachments]
+            prompt += "\n\nAttached files (paths relative to the working directory):\n"
+            prompt += "\n".join(f"- {p}" for p in attachments)
+        elif attachments:
             prompt += "\n\nAttached files:\n" + "\n".join(f"- {p}" for p in attachments)
         request = RunRequest(
             home=home,
@@ -1585,13 +1638,14 @@ class Engine:
                     continue
                 name = os.path.basename(path)
                 try:
-                    await asyncio.to_thread(check_in_home, home, path)
+                    inside = await asyncio.to_thread(check_in_home, home, path)
                 except (UnsafePathError, OSError) as exc:
+                    # the log names the runner's path; the chat, the file relative to the home
                     log.warning("artifact %s of %s refused: %s", path, msg.thread_key, exc)
                     out = Outgoing(ReplyKind.NOTICE, f"Artifact `{name}` not sent: {exc}")
-                else:
+                else:  # kept relative to the home: the web chat shows it
                     out = Outgoing(
-                        ReplyKind.ARTIFACT, name, file_path=path, media_type=art.get("mediaType")
+                        ReplyKind.ARTIFACT, name, file_path=inside, media_type=art.get("mediaType")
                     )
                 replies.append(self._reply(msg, f"artifact:{msg.id}:{i}", out))
         else:
@@ -1663,6 +1717,32 @@ def _answered_prompt(
             return prompt
         return None
     return None
+
+
+def run_person(msg: MessageRecord) -> str:
+    """Whom a run counts against for ``limits.max_runs_per_user``: its sender, by the
+    platform's own id (qualified by the platform: ids of two platforms are not one person).
+    Its team is :func:`bridge.model.thread_group` of its thread key."""
+    return f"{msg.platform}:{msg.sender_id}"
+
+
+def _waiting_text(why: Wait) -> str:
+    """The word to a message waiting for a run slot: why, and until when."""
+    runs = f"{why.count} run{'' if why.count == 1 else 's'}"
+    if why.reason is WaitReason.USER:
+        return (
+            f"🕐 You already have {runs} going (one waiting for your answer counts too), the "
+            "most one person may have at once; this one starts as soon as one of them finishes."
+        )
+    if why.reason is WaitReason.TEAM:
+        return (
+            f"🕐 Your team or chat already has {runs} going, the most one team may have at "
+            "once; this one starts as soon as one of them finishes."
+        )
+    return (
+        f"🕐 The gateway is running {why.count} other run(s), its limit; yours starts as soon "
+        "as one finishes."
+    )
 
 
 def _left_out_text(left_out: list[tuple[Attachment, DeliveryError]]) -> str:

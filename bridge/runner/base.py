@@ -28,7 +28,9 @@ class RunRequest:
     approval_policy: str
     timeout_s: float
     events: tuple[str, ...] = ("tools", "reasoning", "text", "approval", "subagent", "spend")
-    attachments: tuple[str, ...] = ()  # paths inside the home
+    # the person's files, as the prompt names them: from the run's working directory (the
+    # workspace) for a backend that starts runs there, else by their full paths
+    attachments: tuple[str, ...] = ()
     kill_tag: str | None = None  # what finds the run's processes (see runner.procs)
 
 
@@ -122,6 +124,9 @@ class RunHandle(abc.ABC):
 
 class RunnerBackend(abc.ABC):
     name: str
+    # whether every run starts in its home's ``workspace`` (its working directory), so a
+    # path relative to that names the same file for the agent
+    runs_in_workspace: bool = False
 
     @abc.abstractmethod
     async def start(self, request: RunRequest) -> RunHandle: ...

@@ -99,6 +99,7 @@ ANSWER_FRAMES = {
 
 class CliRunner(RunnerBackend):
     name = "cli"
+    runs_in_workspace = True  # run_identity's cwd
 
     def __init__(
         self,

@@ -64,6 +64,8 @@ def test_config_file_from_environment_variable(tmp_path: Path) -> None:
         ('[server]\nport = "abc"\n', {}, "server.port"),
         ('isolation = "maybe"\n', {}, "isolation"),
         ("", {"JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS": "0"}, "limits.max_concurrent_runs"),
+        ("[limits]\nmax_runs_per_user = -1\n", {}, "limits.max_runs_per_user"),
+        ("", {"JAZZ_BRIDGE_LIMITS__MAX_RUNS_PER_TEAM": "two"}, "limits.max_runs_per_team"),
         ("", {"JAZZ_BRIDGE_RUNNER__BOGUS": "1"}, "runner.bogus: unknown key"),
         ('[web]\ntokn = "x"\n', {}, "web.tokn: unknown key"),
     ],

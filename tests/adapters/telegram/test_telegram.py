@@ -390,7 +390,9 @@ async def test_document_is_downloaded_into_the_home(env: dict[str, str], fake: F
             home.operator_gid,
             0o640,
         )
-        assert f"{saved}: 10 bytes" in answer.params["text"]  # the runner got the path
+        # the runner got the path, from its working directory (the workspace)
+        assert f"attachments/{saved.name}: 10 bytes" in answer.params["text"]
+        assert str(home.path) not in answer.params["text"]
 
 
 # -- polling -----------------------------------------------------------------------------------
@@ -487,7 +489,7 @@ async def test_photo_voice_and_audio_are_downloaded_into_the_home(
             (saved,) = [f for f in attachments.iterdir() if f.read_bytes() == data]
             st = saved.stat()
             assert (st.st_uid, st.st_gid) == (home.account.uid, home.operator_gid)
-            assert f"{saved}: {len(data)} bytes" in answer.params["text"]
+            assert f"attachments/{saved.name}: {len(data)} bytes" in answer.params["text"]
         # only the largest photo size was fetched
         fetched = [c.params["file_id"] for c in fake.called("getFile")]
         assert fetched == ["ph-large", "vo-1", "au-1"]
