@@ -200,6 +200,13 @@ class LimitsSettings(Section):
     # a prompt nobody answers this long is declined for the agent (a run waiting for its
     # person still counts against that person's max_runs_per_user); None: wait for ever
     prompt_wait_s: float | None = Field(default=3600.0, gt=0)
+    # what one run may use (provisioning/rlimits.py); 0: the gateway's own limit. Processes
+    # (and threads) count per conversation account: isolated runs only. Memory (address
+    # space), CPU seconds and file size bound each process of a run
+    run_max_processes: int = Field(default=512, ge=0)
+    run_max_memory_bytes: int = Field(default=8 * 1024**3, ge=0)
+    run_max_cpu_s: int = Field(default=1800, ge=0)
+    run_max_file_bytes: int = Field(default=2 * 1024**3, ge=0)
 
 
 class ProgressSettings(Section):

@@ -32,9 +32,11 @@ from provisioning import naming
 from provisioning.accounts import AccountRegistry
 from provisioning.errors import ProvisioningError, UnsafePathError
 from provisioning.homes import Home, Homes
+from provisioning.rlimits import RunLimits
 from provisioning.sandbox import DEFAULT_ENV_ALLOWLIST, run_identity
 
 from . import prompts as P
+from . import run_limits
 from .commands import HELP_TEXT, Command, ParsedCommand, parse_command
 from .config import CoreSettings
 from .delivery import Deliverer
@@ -65,6 +67,7 @@ from .ports import (
 )
 from .progress import ProgressState, cost_text, summary
 from .reporter import ProgressReporter
+from .run_limits import hit_text
 from .runner import RunHandle, RunnerBackend, RunRequest, RunResult
 from .runner.base import PROMPT_EVENTS
 from .runner.killer import AccountKillError, kill_accounts
@@ -166,6 +169,7 @@ class ActiveRun:
     reporter: ProgressReporter | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     lease: Lease | None = None  # its run slot (parked while a prompt waits for its person)
+    limits: RunLimits = field(default_factory=RunLimits)  # what it started under
 
 
 @dataclass
@@ -222,6 +226,7 @@ class Engine:
         self._runs = RunScheduler(
             limits.max_concurrent_runs, limits.max_runs_per_user, limits.max_runs_per_team
         )
+        self._run_limits = run_limits.from_settings(limits)  # each run's (processes...)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_tokens: dict[str, ActiveRun] = {}
         # bubbles that get their run's summary: a Stop pressed just too late must not
@@ -1510,7 +1515,9 @@ class Engine:
             surface=msg.platform,
             allowlist=(*DEFAULT_ENV_ALLOWLIST, *cfg.env_passthrough),
             extra_env=cfg.extra_env,
+            limits=self._run_limits,
         )
+        run.limits = identity.limits
         prompt = msg.text
         if attachments and self.backend.runs_in_workspace:
             # named from the run's working directory (the workspace), not by paths of the
@@ -1649,7 +1656,7 @@ class Engine:
                     )
                 replies.append(self._reply(msg, f"artifact:{msg.id}:{i}", out))
         else:
-            text = _failure_text(result, run.stopped_by)
+            text = _failure_text(result, run.stopped_by, run.limits)
             if not bubble:
                 text += f"\n\n_{line}_"
             replies.append(self._reply(msg, f"error:{msg.id}", Outgoing(ReplyKind.ERROR, text)))
@@ -1789,7 +1796,9 @@ def _not_run(code: str, error: str) -> RunResult:
     return RunResult(ok=False, code=code, error=error, cost_usd=0.0, cost_known=True)
 
 
-def _failure_text(result: RunResult, stopped_by: str | None) -> str:
+def _failure_text(
+    result: RunResult, stopped_by: str | None, limits: RunLimits | None = None
+) -> str:
     if stopped_by is not None:
         return f"⏹️ Stopped by {stopped_by}."
     if result.timed_out:
@@ -1810,5 +1819,8 @@ def _failure_text(result: RunResult, stopped_by: str | None) -> str:
         if lines:
             tail = mask("\n".join(lines))[-800:]  # masked whole, then cut
             text += f"\n\n```\n{tail}\n```"
+    hit = None if limits is None else hit_text(limits, result.exit_code, result.stderr_tail)
+    if hit is not None and not result.stopped and not result.timed_out:
+        text += f"\n\n{hit} Ask an operator to raise it if the task needs more."
     # what a runner printed goes to the chat: a key it was given (runner.extra_env) must not
     return mask(text)

@@ -53,3 +53,7 @@ class UnsafePathError(ProvisioningError):
 class TemplateError(ProvisioningError):
     """A new home could not be seeded from ``runner.home_template`` (unreadable, not a
     directory, a write into the home failed); the home is seeded at its next ensure."""
+
+
+class RlimitsUnavailable(ProvisioningError):
+    """Run limits are configured (``limits.run_max_*``) but cannot be applied here."""

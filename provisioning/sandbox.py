@@ -24,6 +24,7 @@ from . import private_proc as pidns
 from .errors import IsolationUnavailable, UnsafePathError
 from .homes import Home
 from .modes import ISOLATED_UMASK, PRIVATE_UMASK
+from .rlimits import RunLimits
 
 log = logging.getLogger(__name__)
 
@@ -277,10 +278,17 @@ class RunIdentity:
     setpriv: str | None = None
     # the run starts in its own PID namespace with a private /proc (see private_proc)
     private_proc: bool = False
+    # what the run may use (provisioning/rlimits.py), already fitted to its account
+    limits: RunLimits = field(default_factory=RunLimits)
 
     def command(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` as it must be executed: behind ``setpriv`` when that switches identity,
-        then in its own PID namespace when :attr:`private_proc` is set."""
+        """``argv`` as it must be executed: under its limits (``prlimit``, outermost: root
+        sets the hard limits), behind ``setpriv`` when that switches identity, then in its
+        own PID namespace when :attr:`private_proc` is set. Raises RlimitsUnavailable when
+        limits are set and ``prlimit`` is missing."""
+        return self.limits.wrap(self._switched(argv))
+
+    def _switched(self, argv: Sequence[str]) -> list[str]:
         if self.private_proc:
             argv = pidns.wrap(argv)
         if self.uid is not None and self.setpriv is not None:
@@ -365,9 +373,12 @@ def run_identity(
     extra_env: Mapping[str, str] | None = None,
     use_setpriv: bool = True,
     private_proc: bool = False,
+    limits: RunLimits | None = None,
 ) -> RunIdentity:
     """How a runner starts for ``home`` (see the module docstring); ``private_proc``: in
-    a PID namespace of its own (only where :func:`private_proc_unavailable` says None)."""
+    a PID namespace of its own (only where :func:`private_proc_unavailable` says None);
+    ``limits``: what the run may use (the process cap only for a home's own account)."""
+    fitted = (limits or RunLimits()).for_account(home.isolated)
     env = build_env(home, surface=surface, environ=environ, allowlist=allowlist, extra=extra_env)
     workspace = f"{home.path}/workspace"
     if home.isolated:
@@ -380,9 +391,15 @@ def run_identity(
             cwd=workspace,
             setpriv=setpriv_path() if use_setpriv else None,
             private_proc=private_proc,
+            limits=fitted,
         )
     return RunIdentity(
-        home=home, env=env, umask=PRIVATE_UMASK, cwd=workspace, private_proc=private_proc
+        home=home,
+        env=env,
+        umask=PRIVATE_UMASK,
+        cwd=workspace,
+        private_proc=private_proc,
+        limits=fitted,
     )
 
 

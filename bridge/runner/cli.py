@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from provisioning import private_proc
-from provisioning.errors import ProvisioningError
+from provisioning.errors import ProvisioningError, RlimitsUnavailable
 from provisioning.sandbox import hide_from_own_account
 
 from ..errors import RunnerError
@@ -205,6 +205,8 @@ class CliRunner(RunnerBackend):
             raise RunnerError(
                 f"cannot start the runner {self.command[0]!r}: {exc.strerror}; check runner.command"
             ) from exc
+        except RlimitsUnavailable as exc:
+            raise RunnerError(f"cannot start the runner under its limits: {exc}") from exc
         finally:
             os.close(workdir)  # the child has its own copy (entered before it ran)
         handle = CliRunHandle(

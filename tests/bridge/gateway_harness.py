@@ -203,13 +203,15 @@ class Client:
             return resp.status, await resp.json()
 
     async def wait_role(
-        self, thread: str, role: str, count: int = 1, timeout: float = 20
+        self, thread: str, role: str | tuple[str, ...], count: int = 1, timeout: float = 20
     ) -> list[dict[str, Any]]:
+        """The thread's messages of ``role`` (or of any of several), once ``count`` are in."""
         found: list[dict[str, Any]] = []
+        roles = (role,) if isinstance(role, str) else role
 
         async def check() -> bool:
             nonlocal found
-            found = [m for m in await self.messages(thread) if m["role"] == role]
+            found = [m for m in await self.messages(thread) if m["role"] in roles]
             return len(found) >= count
 
         await wait_until(check, timeout, f"{count} {role} message(s) in {thread}")

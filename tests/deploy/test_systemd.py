@@ -112,6 +112,9 @@ def test_the_unit_repairs_then_serves_as_root_with_the_hardening_provisioning_al
     assert values(svc, "RestrictSUIDSGID") in ([], ["no"])  # the root and homes are setgid
     # no conversation reads another's command line (the released CLI's message is on it)
     assert one(svc, "ProtectProc") == "invisible"
+    # the gateway and its runs together are bounded (each run has rlimits of its own)
+    assert int(one(svc, "TasksMax")) >= 4 * 512
+    assert one(svc, "MemoryMax").endswith("%") and one(svc, "MemoryHigh").endswith("%")
     assert not values(svc, "PrivateUsers") and not values(svc, "MemoryDenyWriteExecute")
     assert one(unit["Install"], "WantedBy") == "multi-user.target"
 

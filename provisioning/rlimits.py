@@ -1,0 +1,147 @@
+"""Resource limits of a run: processes, memory, CPU time and file size.
+
+Why: a run had the gateway's own limits (``ulimit -u`` ~96k, address space and file size
+unlimited, no CPU bound), so one conversation's agent could start 1,500 processes, fill the
+disk with one file or take the machine's memory, for every conversation at once.
+
+How: the runner's command starts behind util-linux ``prlimit`` (a C program exec'd in
+place: no process stays, nothing in Python), outermost, so root sets the hard limits too
+and the run can only lower them. The limits are the kernel's per-process rlimits:
+
+* ``RLIMIT_NPROC`` (processes and threads) is counted per *uid*: isolated, every
+  conversation is its own account, so it bounds that conversation's run and everything it
+  starts. In single-account mode every run shares the gateway's uid (the gateway's own
+  threads included), so the process cap is not applied there (:attr:`RunLimits.for_account`).
+* ``RLIMIT_AS`` (address space), ``RLIMIT_CPU`` (seconds of CPU; SIGXCPU, then SIGKILL a
+  few seconds later) and ``RLIMIT_FSIZE`` (bytes of one file; SIGXFSZ or EFBIG) bound each
+  process of the run. ``RLIMIT_CORE`` is 0: a crashing run writes no core into its home.
+
+A cgroup per run (``memory.max``, ``pids.max`` over the whole run) needs a cgroup v2 tree
+the host delegates to the gateway; rlimits work everywhere, as root and not. Under the
+systemd unit, ``TasksMax=`` and ``MemoryMax=`` bound the gateway and all its runs together.
+"""
+
+from __future__ import annotations
+
+import functools
+import resource
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from .errors import RlimitsUnavailable
+
+CPU_KILL_GRACE_S = 5  # SIGXCPU at the soft limit, SIGKILL this much CPU time later
+SIGXCPU = 24
+SIGXFSZ = 25
+# what runtimes print when an allocation fails (Bun/JavaScriptCore, Node/V8, C, C++, Python)
+OUT_OF_MEMORY_MARKS = (
+    "out of memory",
+    "cannot allocate memory",
+    "std::bad_alloc",
+    "memoryerror",
+    "allocation failed",
+)
+# what a write refused by RLIMIT_FSIZE reads as where SIGXFSZ is ignored (Python ignores it)
+FILE_TOO_LARGE_MARKS = ("file too large", "efbig")
+# what a fork refused by RLIMIT_NPROC reads as (EAGAIN)
+FORK_REFUSED_MARKS = (
+    "resource temporarily unavailable",
+    "cannot fork",
+    "fork failed",
+    "eagain",
+)
+
+
+class LimitHit(StrEnum):
+    """Which limit a failed run most likely ran into."""
+
+    CPU = "cpu"
+    FILE_SIZE = "file_size"
+    MEMORY = "memory"
+    PROCESSES = "processes"
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """A run's limits; 0 (or None) leaves that one as the gateway's."""
+
+    processes: int = 0  # RLIMIT_NPROC: processes and threads of the run's account
+    memory_bytes: int = 0  # RLIMIT_AS of each process
+    cpu_s: int = 0  # RLIMIT_CPU of each process, in seconds
+    file_bytes: int = 0  # RLIMIT_FSIZE: the largest file a process may write
+
+    @property
+    def any(self) -> bool:
+        return bool(self.processes or self.memory_bytes or self.cpu_s or self.file_bytes)
+
+    def for_account(self, own_account: bool) -> RunLimits:
+        """These limits for a run of its own account (isolated) or of the gateway's: the
+        process count is per uid, so a shared uid gets none (see the module)."""
+        return self if own_account else replace(self, processes=0)
+
+    def prlimit_args(self) -> list[str]:
+        """``prlimit``'s options for these limits (soft and hard alike, except CPU: the
+        hard limit a few seconds later, so SIGXCPU comes first and says why). None above
+        the gateway's own hard limit: raising one takes CAP_SYS_RESOURCE, which the unit
+        does not grant, and a refused ``prlimit`` would fail every run."""
+        args = ["--core=0:0"]
+        for option, which, value in (
+            ("nproc", resource.RLIMIT_NPROC, self.processes),
+            ("as", resource.RLIMIT_AS, self.memory_bytes),
+            ("fsize", resource.RLIMIT_FSIZE, self.file_bytes),
+        ):
+            if value:
+                value = _within_hard(which, value)
+                args.append(f"--{option}={value}:{value}")
+        if self.cpu_s:
+            soft = _within_hard(resource.RLIMIT_CPU, self.cpu_s)
+            hard = _within_hard(resource.RLIMIT_CPU, self.cpu_s + CPU_KILL_GRACE_S)
+            args.append(f"--cpu={soft}:{hard}")
+        return args
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` started under these limits (unchanged when there are none)."""
+        if not self.any:
+            return list(argv)
+        prlimit = prlimit_path()
+        if prlimit is None:
+            raise RlimitsUnavailable(
+                "prlimit (util-linux) is not installed: install util-linux, or set the "
+                "limits.run_max_* keys to 0 to run without limits"
+            )
+        return [prlimit, *self.prlimit_args(), "--", *argv]
+
+    def hit(self, exit_code: int | None, stderr: Sequence[str]) -> LimitHit | None:
+        """Which limit a failed run most likely hit, from how it ended and what it printed:
+        a death by SIGXCPU or SIGXFSZ says so itself; a refused write, allocation or fork
+        only as the runtime words it (a best guess: the memory and process hints say
+        "likely")."""
+        if exit_code == -SIGXCPU and self.cpu_s:
+            return LimitHit.CPU
+        if exit_code == -SIGXFSZ and self.file_bytes:
+            return LimitHit.FILE_SIZE
+        text = "\n".join(stderr).lower()
+        if self.file_bytes and any(mark in text for mark in FILE_TOO_LARGE_MARKS):
+            return LimitHit.FILE_SIZE
+        if self.memory_bytes and any(mark in text for mark in OUT_OF_MEMORY_MARKS):
+            return LimitHit.MEMORY
+        if self.processes and any(mark in text for mark in FORK_REFUSED_MARKS):
+            return LimitHit.PROCESSES
+        return None
+
+
+def _within_hard(which: int, value: int) -> int:
+    """``value``, or the gateway's own hard limit of ``which`` when that is lower."""
+    hard = resource.getrlimit(which)[1]
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
+
+
+PRLIMIT_SEARCH = "/usr/bin:/bin:/usr/sbin:/sbin"
+
+
+@functools.lru_cache(maxsize=1)
+def prlimit_path() -> str | None:
+    """util-linux ``prlimit`` when installed (checked once)."""
+    return shutil.which("prlimit", path=PRLIMIT_SEARCH)
