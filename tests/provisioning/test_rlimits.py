@@ -62,9 +62,8 @@ RAISE_AND_START = """
 import resource, subprocess, sys
 from provisioning.rlimits import RunLimits
 want = int(sys.argv[1])
-argv = RunLimits(file_bytes=want, cpu_s=60).wrap(
-    ["python3", "-c", "import resource as r; print(r.getrlimit(r.RLIMIT_FSIZE)[1], r.getrlimit(r.RLIMIT_CPU)[1])"]
-)
+show = "import resource as r; print(r.getrlimit(r.RLIMIT_FSIZE)[1], r.getrlimit(r.RLIMIT_CPU)[1])"
+argv = RunLimits(file_bytes=want, cpu_s=60).wrap(["python3", "-c", show])
 sys.exit(subprocess.run(argv).returncode)
 """
 
