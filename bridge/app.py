@@ -41,6 +41,7 @@ from .ports import Adapter, AdapterContext, AdapterSpec
 from .retention import Sweeper
 from .runner import CliRunner, RunnerBackend, default_command
 from .runner.dialect import runner_profile, template_provider
+from .runner.killer import kill_accounts
 from .server import build_app, make_runner
 from .store import SqliteStore, Store
 from .turns import Engine
@@ -93,6 +94,7 @@ def provision(settings: CoreSettings, *, repair_homes: bool = True) -> Provision
             root.layout,
             root.operator_gid,
             (settings.accounts.uid_min, settings.accounts.uid_max),
+            kill=kill_accounts,  # before an archived home's account goes, or its uid is reused
         )
         made = registry.recreate_missing()
         if made:
@@ -245,6 +247,7 @@ class GatewayApp:
             max_body_bytes=self.settings.server.max_body_bytes,
             max_buffered_bytes=self.settings.server.max_buffered_bytes,
             max_requests_per_peer=self.settings.server.max_requests_per_peer,
+            before_scrape=self.engine.count_accounts,
         )
         for adapter in self.adapters:
             adapter.add_routes(self.web_app)
@@ -253,6 +256,7 @@ class GatewayApp:
             self.provisioned.root.layout,
             self.provisioned.isolated,
             size_ttl_s=OPS_SIZE_TTL_S,
+            accounts=self.provisioned.registry,
         )
         ops = self.settings.ops
         if ops.token is not None:

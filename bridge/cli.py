@@ -478,7 +478,7 @@ def _archive_view(args: argparse.Namespace, settings: CoreSettings) -> int:
         store = SqliteStore(layout.database)
         await store.open()
         try:
-            ops = Operators(store, layout, prov.isolated)
+            ops = Operators(store, layout, prov.isolated, accounts=prov.registry)
             if args.homes_cmd == "restore":
                 conv = await find(ops, args.key)
                 if not await asyncio.to_thread(is_archived, layout, conv.home):

@@ -19,16 +19,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from provisioning.accounts import AccountRegistry
 from provisioning.archive import SUFFIX as ARCHIVE_SUFFIX
 from provisioning.archive import (
     ArchiveError,
     ArchiveResult,
-    archive_home,
     is_archived,
     tarball_path,
 )
 from provisioning.errors import ProvisioningError
 from provisioning.layout import CHATS_DIR, Layout, RootInfo
+from provisioning.reclaim import archive_and_reclaim
 
 from .errors import BridgeError
 from .model import InboxState
@@ -282,6 +283,8 @@ class Operators:
     # How long a home's measured size is reused (the /ops page; 0 measures every time, as
     # the one-shot CLI does): measuring walks the whole home, and the page lists them all.
     size_ttl_s: float = 0.0
+    # Isolated: the root's accounts; an archived home's account is given back (reclaim.py)
+    accounts: AccountRegistry | None = None
     _sizes: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
 
     async def find(self, ref: str) -> ConversationRecord | None:
@@ -445,7 +448,8 @@ class Operators:
             if reason is not None:
                 raise ArchiveBusy(f"{conv.thread_key} {reason}; it can be archived once it is idle")
 
-        return await asyncio.to_thread(archive_home, root, conv.home, check)
+        # the account's reclaim kills its processes and runs userdel: on the same thread
+        return await asyncio.to_thread(archive_and_reclaim, root, conv.home, self.accounts, check)
 
     async def idle(self, cutoff: float) -> list[ConversationRecord]:
         """Conversations not active since ``cutoff`` whose home is on disk, oldest first."""

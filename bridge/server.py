@@ -93,6 +93,7 @@ def build_app(
     max_body_bytes: int,
     max_buffered_bytes: int | None = None,
     max_requests_per_peer: int = 256,
+    before_scrape: Callable[[], Awaitable[None]] | None = None,
 ) -> web.Application:
     # a body of the largest size allowed always fits, alone
     admission = Admission(max(max_buffered_bytes or 0, max_body_bytes), max_requests_per_peer)
@@ -186,6 +187,8 @@ def build_app(
         return web.json_response({"ready": ok}, status=200 if ok else 503)
 
     async def metrics_route(_: web.Request) -> web.Response:
+        if before_scrape is not None:  # gauges read from elsewhere (the uid map)
+            await before_scrape()
         return web.Response(body=metrics.render(), headers={"Content-Type": metrics.content_type})
 
     app.router.add_get("/healthz", healthz)

@@ -284,7 +284,7 @@ class Engine:
             # In the background (about half a millisecond per account): runs wait for it.
             self._leftovers_killed.clear()
             self._spawn(self._kill_account_leftovers(self.homes.registry), "kill-leftovers")
-            await self._count_accounts()
+            await self.count_accounts()
         interrupted: list[ReplyRecord] = []
         running = await self.store.messages_in_state(InboxState.RUNNING)
         if running:  # a backend's runs outlive the process that started them (a daemon's)
@@ -1240,12 +1240,14 @@ class Engine:
         home = self._homes.get(msg.conversation_id)
         if home is None or not await asyncio.to_thread(self.homes.present, home):
             home = await asyncio.to_thread(self.homes.ensure, msg.thread_key)
-            await self._count_accounts()
+            await self.count_accounts()
         _remember(self._homes, msg.conversation_id, home)
         return home
 
-    async def _count_accounts(self) -> None:
-        """``/metrics``' share of the uid range conversation accounts hold (isolated)."""
+    async def count_accounts(self) -> None:
+        """``/metrics``' share of the uid range live conversation accounts hold (isolated);
+        counted again at each scrape, since ``homes archive`` may give accounts back from
+        another process."""
         registry = self.homes.registry
         if self.homes.isolated and registry is not None:
             used, capacity = await asyncio.to_thread(registry.usage)

@@ -9,6 +9,29 @@ every home. The conversation -> uid map is a state file under the root's ``state
 * an unreadable map is moved aside and rebuilt from the owners of the homes on disk;
 * a uid that owns a home is never handed to another conversation, and a uid or name that
   some other account on the host already has is never taken over.
+
+Accounts of archived conversations are given back (:mod:`provisioning.reclaim`): once the
+home's tarball is whole and its directory gone, the account's processes are killed, the
+account and its private group deleted, and the map moves the entry from ``accounts`` to
+``archived`` (who it was: name, uid, gid) and records the uid in ``freedUids`` (whose it
+was last, and since when). The map is written first, so a crash before ``userdel`` leaves
+an account the next start (:meth:`AccountRegistry.finish_reclaims`) deletes; one before the
+map is written leaves an archived home with a live account, which the next start reclaims.
+Only ``accounts`` count as used (:meth:`AccountRegistry.usage`).
+
+Handing uids out, the rule:
+
+* a restored conversation gets its old uid back when no live account holds it and no other
+  account on the host took it; otherwise a uid as a new conversation would, and its files
+  from the tarball are given to that account (:class:`~provisioning.archive.Reowning`);
+* a new conversation gets a never-used uid of the range first (the lowest); a freed one only
+  when none is left, the one freed longest ago first;
+* a freed uid goes to a conversation other than its last holder only once nothing of that
+  holder is left (:mod:`provisioning.leftovers`): its files and IPC objects in the
+  world-writable places deleted, then every process of the uid killed and none found with
+  the uid or its group. When that fails the uid is passed over and stays freed. Given back to
+  its own last holder, only the processes are killed and checked (a process made from a
+  setuid file meanwhile would act as the conversation).
 """
 
 from __future__ import annotations
@@ -22,14 +45,14 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import archive, naming, safefs
+from . import archive, leftovers, naming, safefs
 from .errors import AccountError, StateFileError, UidRangeExhausted, UidTaken
 from .layout import Layout
 
@@ -41,6 +64,8 @@ NOLOGIN_CANDIDATES = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false")
 ACCOUNT_COMMENT = "jazz-bridge conversation"
 UID_MAX = 2**31 - 2  # above: (uid_t)-1 and friends, never an account's uid in the map
 MAX_ALLOCATIONS = 3  # uids tried for a new home whose uid another account took meanwhile
+
+Killer = Callable[[Iterable[int]], None]  # SIGKILLs every process of these uids, or raises
 
 
 @dataclass(frozen=True)
@@ -127,15 +152,24 @@ class AccountRegistry:
         layout: Layout,
         operator_gid: int,
         uid_range: tuple[int, int] = DEFAULT_UID_RANGE,
+        *,
+        kill: Killer | None = None,
     ) -> None:
+        """``kill``: how every process of an account is killed before the account is deleted
+        or its uid handed out again (the bridge's ``kill_accounts``; provisioning cannot
+        import it). Without one an account with processes is kept, and a freed uid with
+        processes is passed over."""
         lo, hi = uid_range
         if not (1000 <= lo <= hi < 2**31 - 1):
             raise AccountError(f"uid range {lo}-{hi} is not a usable range of system uids")
         self.layout = layout
         self.operator_gid = operator_gid
         self.uid_range = uid_range
+        self._kill = kill
         self._lock = threading.Lock()
-        self._accounts: dict[str, dict[str, Any]] = {}
+        self._accounts: dict[str, dict[str, Any]] = {}  # live: home -> account
+        self._archived: dict[str, dict[str, Any]] = {}  # home -> the account it had
+        self._freed: dict[int, dict[str, Any]] = {}  # uid -> its last holder, since when
 
     # -- the map ------------------------------------------------------------------------------
 
@@ -156,21 +190,33 @@ class AccountRegistry:
         """Read the map; a missing or unreadable one (moved aside) is rebuilt from disk."""
         document = safefs.read_json_state(self.layout.uid_map, MAP_SCHEMA)
         if document is None:
-            self._accounts = self._rebuild_from_disk()
-            if self._accounts:
+            self._accounts, self._archived = self._rebuild_from_disk()
+            self._freed = {
+                int(e["uid"]): {"home": home, "gid": _gid(e), "freedAt": _now(), "rebuilt": True}
+                for home, e in self._archived.items()
+                if int(e["uid"]) not in {int(a["uid"]) for a in self._accounts.values()}
+            }
+            if self._accounts or self._archived:
                 self._save()
             return
-        accounts = document.get("accounts", {})
-        self._accounts = {
-            str(home): dict(entry)
-            for home, entry in (accounts.items() if isinstance(accounts, dict) else [])
-            if isinstance(entry, dict)
-            and type(entry.get("uid")) is int  # not a bool (JSON true is no uid)
-            and 0 < entry["uid"] <= UID_MAX
-            and isinstance(entry.get("name"), str)
-        }
+        self._accounts = _entries(document.get("accounts", {}))
         for home, entry in self._accounts.items():
             self._check_gid(home, entry)
+        self._archived = {
+            home: entry
+            for home, entry in _entries(document.get("archived", {})).items()
+            if type(entry.get("gid", entry["uid"])) is int
+        }
+        freed = document.get("freedUids", {})
+        self._freed = {
+            int(uid): dict(record)
+            for uid, record in (freed.items() if isinstance(freed, dict) else [])
+            if isinstance(uid, str)
+            and uid.isdigit()
+            and 0 < int(uid) <= UID_MAX
+            and isinstance(record, dict)
+            and isinstance(record.get("home"), str)
+        }
 
     def _check_gid(self, home: str, entry: dict[str, Any]) -> None:
         """A recorded gid must be a real one: the map is edited by hand (errors tell operators
@@ -199,6 +245,8 @@ class AccountRegistry:
                 "root": str(self.layout.root),
                 "uidRange": list(self.uid_range),
                 "accounts": self._accounts,
+                "archived": self._archived,
+                "freedUids": {str(uid): record for uid, record in sorted(self._freed.items())},
             },
         )
 
@@ -218,8 +266,11 @@ class AccountRegistry:
                 owners.setdefault(st.st_uid, entry.name)
         return owners
 
-    def _rebuild_from_disk(self) -> dict[str, dict[str, Any]]:
-        """Recover the map from who owns which home; only uids inside our range count."""
+    def _rebuild_from_disk(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        """Recover the map from who owns which home; only uids inside our range count.
+
+        Returns the live accounts and the archived conversations: a tarball whose home has no
+        account (it was reclaimed) names the uid its home had (its first member's owner)."""
         lo, hi = self.uid_range
         rebuilt: dict[str, dict[str, Any]] = {}
         for uid, home in self._home_owners().items():
@@ -263,13 +314,30 @@ class AccountRegistry:
                     "created": _now(),
                     "rebuilt": True,
                 }
-        if rebuilt:
+        archived: dict[str, dict[str, Any]] = {}
+        try:
+            tarballs = sorted(os.listdir(self.layout.archive))
+        except FileNotFoundError:
+            tarballs = []
+        taken = {str(e["name"]) for e in rebuilt.values()}
+        for entry in tarballs:
+            home = entry.removesuffix(archive.SUFFIX)
+            if home == entry or home in rebuilt or not naming.is_home_name(home):
+                continue
+            packed_by = archive.archived_owner(self.layout, home)
+            if packed_by is None or not lo <= packed_by <= hi:
+                continue
+            name = self._free_name(home, taken)
+            taken.add(name)
+            archived[home] = {"name": name, "uid": packed_by, "gid": packed_by, "rebuilt": True}
+        if rebuilt or archived:
             log.warning(
-                "rebuilt the account map %s from %d home(s) on disk",
+                "rebuilt the account map %s from %d home(s) on disk and %d archived",
                 self.layout.uid_map,
                 len(rebuilt),
+                len(archived),
             )
-        return rebuilt
+        return rebuilt, archived
 
     # -- lookups ------------------------------------------------------------------------------
 
@@ -296,9 +364,9 @@ class AccountRegistry:
     # -- creation -----------------------------------------------------------------------------
 
     def usage(self) -> tuple[int, int]:
-        """How many uids of the range conversation accounts hold, and how many it has.
+        """How many uids of the range live conversation accounts hold, and how many it has.
 
-        Accounts are kept (an archived conversation keeps its uid), so a range fills up:
+        An archived conversation gives its uid back, but the live ones still fill a range:
         :meth:`ensure` warns as it passes :data:`USAGE_WARN_AT` of it (and doctor, and the
         gateway's ``/metrics``), before new conversations can no longer start.
         """
@@ -350,8 +418,11 @@ class AccountRegistry:
                     self._materialize(home, entry)
                     return _account(entry)
                 except UidTaken as exc:
+                    # a tarball's files keep their uid, unless its account was reclaimed: the
+                    # restore then gives them to the account it has now (archive.Reowning)
                     has_files = os.path.lexists(self.layout.home(home)) or (
-                        archive.tarball_path(self.layout, home).exists()
+                        home not in self._archived
+                        and archive.tarball_path(self.layout, home).exists()
                     )
                     if has_files or attempt == MAX_ALLOCATIONS:
                         raise
@@ -376,33 +447,104 @@ class AccountRegistry:
             if pw is None or pw.pw_gecos.startswith(ACCOUNT_COMMENT):
                 uid = own_home_owner
                 name = pw.pw_name if pw else self._free_name(home, self._taken_names())
-                return {
-                    "name": name,
-                    "uid": uid,
-                    "gid": uid,
-                    "threadKey": thread_key,
-                    "created": _now(),
-                }
-        blocked = used | set(owners)
-        for uid in range(lo, hi + 1):
+                self._freed.pop(uid, None)
+                return _new_entry(name, uid, thread_key)
+        blocked = used | set(owners) | {self.operator_gid}
+        before = self._archived.get(home)
+        if before is not None:
+            entry = self._take_back(home, before, blocked, thread_key)
+            if entry is not None:
+                return entry
+        for uid in self._candidates():
             if uid in blocked or _pw_by_uid(uid) is not None or _gr_by_gid(uid) is not None:
                 continue
-            if uid == self.operator_gid:
+            if uid in self._freed and not self._clear_leftovers(uid, home):
                 continue
-            name = self._free_name(home, self._taken_names())
-            return {
-                "name": name,
-                "uid": uid,
-                "gid": uid,
-                "threadKey": thread_key,
-                "created": _now(),
-            }
+            self._freed.pop(uid, None)
+            return _new_entry(self._free_name(home, self._taken_names()), uid, thread_key)
         raise UidRangeExhausted(
-            f"every uid in {lo}-{hi} is taken by a conversation or another account (an "
-            "archived conversation keeps its uid); widen the range into uids no other account "
-            "on this host uses: raise accounts.uid_max (JAZZ_BRIDGE_ACCOUNTS__UID_MAX) or "
-            "lower accounts.uid_min (JAZZ_BRIDGE_ACCOUNTS__UID_MIN)"
+            f"every uid in {lo}-{hi} is taken by a live conversation or another account (or "
+            "holds what an archived conversation left, see the log); widen the range into uids "
+            "no other account on this host uses: raise accounts.uid_max "
+            "(JAZZ_BRIDGE_ACCOUNTS__UID_MAX) or lower accounts.uid_min "
+            "(JAZZ_BRIDGE_ACCOUNTS__UID_MIN)"
         )
+
+    def _candidates(self) -> Iterator[int]:
+        """The range's uids in the order they are handed out: never used first (lowest
+        first), then the freed ones, freed longest ago first."""
+        lo, hi = self.uid_range
+        freed = self._freed
+        yield from (uid for uid in range(lo, hi + 1) if uid not in freed)
+        yield from sorted(
+            (uid for uid in freed if lo <= uid <= hi),
+            key=lambda uid: (str(freed[uid].get("freedAt", "")), uid),
+        )
+
+    def _take_back(
+        self, home: str, before: dict[str, Any], blocked: set[int], thread_key: str | None
+    ) -> dict[str, Any] | None:
+        """The entry giving archived ``home`` its old uid again, or None when it cannot."""
+        lo, hi = self.uid_range
+        uid, name = int(before["uid"]), str(before["name"])
+        if uid in blocked or not lo <= uid <= hi:
+            return None
+        pw, group = _pw_by_uid(uid), _gr_by_gid(uid)
+        if pw is not None and not (pw.pw_name == name and pw.pw_gecos.startswith(ACCOUNT_COMMENT)):
+            return None  # another account's now (its own, not yet deleted, is fine)
+        if group is not None and group.gr_name != name:
+            return None
+        if not self._clear_leftovers(uid, home):
+            return None
+        self._freed.pop(uid, None)
+        named = _pw_by_name(name)
+        if (named is not None and named.pw_uid != uid) or (
+            named is None and name in self._taken_names()
+        ):
+            name = self._free_name(home, self._taken_names())
+        return _new_entry(name, uid, thread_key)
+
+    def _clear_leftovers(self, uid: int, home: str) -> bool:
+        """Make freed ``uid`` fit to be ``home``'s (see the module docstring); False: it is
+        not (logged), and another uid is taken."""
+        record = self._freed.get(uid, {})
+        gid = int(record.get("gid", uid))
+        problems = ""
+        if record.get("home") != home:
+            report = leftovers.clear_files(uid, gid)
+            if report.removed or report.given_away or report.ipc_removed:
+                log.warning(
+                    "uid %d (last home %s) left %d entries and %d IPC objects outside its home: "
+                    "deleted (%d given to root) before the uid goes to home %s",
+                    uid,
+                    record.get("home", "?"),
+                    report.removed,
+                    report.ipc_removed,
+                    report.given_away,
+                    home,
+                )
+            if not report.ok:
+                problems = report.problems()
+        if not problems:
+            try:
+                if self._kill is not None:
+                    self._kill([uid])
+            except OSError as exc:
+                problems = str(exc)
+            else:
+                pids = leftovers.processes_of(uid, gid)
+                if pids:
+                    problems = f"processes {pids[:5]} still run with uid or gid {uid}"
+        if problems:
+            log.warning(
+                "freed uid %d is not handed to home %s: %s; another uid is taken (the uid is "
+                "tried again at a later allocation)",
+                uid,
+                home,
+                problems,
+            )
+            return False
+        return True
 
     def _taken_names(self) -> set[str]:
         return {str(e["name"]) for e in self._accounts.values()}
@@ -495,8 +637,108 @@ class AccountRegistry:
                 self._save()
         return made
 
+    def archived(self, home: str) -> Account | None:
+        """The account ``home`` had when it was archived and its account reclaimed."""
+        with self._locked():
+            entry = self._archived.get(home)
+        return _account(entry) if entry else None
+
+    def restored(self, home: str) -> None:
+        """``home`` is back from its tarball with its live account: forget the old one."""
+        with self._locked():
+            if self._archived.pop(home, None) is not None:
+                self._save()
+
+    def reclaim(self, home: str) -> Account | None:
+        """Give back the account of archived ``home``: the map first (the entry moves to
+        ``archived``, its uid to ``freedUids``), then its processes killed, the account and
+        its private group deleted. Returns the account, or None when it had none.
+
+        The caller holds the home's archive lock exclusively and has seen the home
+        archived (:mod:`provisioning.reclaim`). AccountError when the account could not be
+        deleted: the map says it is archived already, and :meth:`finish_reclaims` deletes it.
+        """
+        with self._locked():
+            entry = self._accounts.pop(home, None)
+            if entry is None:
+                return None
+            account = _account(entry)
+            self._archived[home] = {
+                "name": account.name,
+                "uid": account.uid,
+                "gid": account.gid,
+                "threadKey": entry.get("threadKey"),
+                "archivedAt": _now(),
+            }
+            owner = _pw_by_uid(account.uid)
+            if owner is None or owner.pw_name == account.name:  # not another account's uid
+                self._freed[account.uid] = {"home": home, "gid": account.gid, "freedAt": _now()}
+            self._save()
+            self._delete_account(home, account)
+        log.info(
+            "reclaimed account %s (uid %d) of archived home %s", account.name, account.uid, home
+        )
+        return account
+
+    def finish_reclaims(self) -> list[Account]:
+        """Delete the accounts the map says are archived that still exist (a crash, or a
+        kill that failed, between the map and ``userdel``). Returns those deleted; one that
+        still cannot be is logged and kept for the next time."""
+        done: list[Account] = []
+        with self._locked():
+            for home, entry in self._archived.items():
+                if home in self._accounts:
+                    continue  # restored meanwhile (the archived record is stale)
+                account = _account(entry)
+                pw = _pw_by_name(account.name)
+                if (
+                    pw is None
+                    or pw.pw_uid != account.uid
+                    or not pw.pw_gecos.startswith(ACCOUNT_COMMENT)
+                ):
+                    continue
+                try:
+                    self._delete_account(home, account)
+                except AccountError as exc:
+                    log.error("%s", exc)
+                    continue
+                done.append(account)
+        for account in done:
+            log.warning(
+                "deleted account %s (uid %d) of an archived home, left by an archiving cut off",
+                account.name,
+                account.uid,
+            )
+        return done
+
+    def _delete_account(self, home: str, account: Account) -> None:
+        """Kill the account's processes, then ``userdel`` it and ``groupdel`` its group."""
+        pw = _pw_by_name(account.name)
+        if pw is not None and pw.pw_uid == account.uid:
+            if self._kill is not None:
+                try:
+                    self._kill([account.uid])
+                except OSError as exc:
+                    raise AccountError(
+                        f"account {account.name} (uid {account.uid}) of archived home {home} "
+                        f"is kept: its processes could not be killed ({exc}); the next start "
+                        "or jazz-bridge repair tries again"
+                    ) from exc
+            else:
+                pids = leftovers.processes_of(account.uid, account.gid)
+                if pids:
+                    raise AccountError(
+                        f"account {account.name} (uid {account.uid}) of archived home {home} "
+                        f"is kept: processes {pids[:5]} still run as it; stop them, then run "
+                        "jazz-bridge repair"
+                    )
+            _run(["userdel", account.name])
+        group = _gr_by_name(account.name)
+        if group is not None and group.gr_gid == account.gid != self.operator_gid:
+            _remove_group(account.name, account.gid)
+
     def remove(self, home: str) -> None:
-        """Delete a conversation's account and forget it (archive, tests)."""
+        """Delete a conversation's account and forget it (tests)."""
         with self._locked():
             entry = self._accounts.pop(home, None)
             if entry is None:
@@ -507,11 +749,34 @@ class AccountRegistry:
                 _run(["userdel", name])
             if _gr_by_name(name) is not None:
                 subprocess.run(["groupdel", name], capture_output=True, check=False)
+            self._freed[int(entry["uid"])] = {"home": home, "gid": _gid(entry), "freedAt": _now()}
             self._save()
 
 
+def _entries(accounts: object) -> dict[str, dict[str, Any]]:
+    """The well-formed entries of a map section (``accounts``, ``archived``)."""
+    if not isinstance(accounts, dict):
+        return {}
+    return {
+        str(home): dict(entry)
+        for home, entry in accounts.items()
+        if isinstance(entry, dict)
+        and type(entry.get("uid")) is int  # not a bool (JSON true is no uid)
+        and 0 < entry["uid"] <= UID_MAX
+        and isinstance(entry.get("name"), str)
+    }
+
+
+def _new_entry(name: str, uid: int, thread_key: str | None) -> dict[str, Any]:
+    return {"name": name, "uid": uid, "gid": uid, "threadKey": thread_key, "created": _now()}
+
+
+def _gid(entry: dict[str, Any]) -> int:
+    return int(entry.get("gid", entry["uid"]))
+
+
 def _account(entry: dict[str, Any]) -> Account:
-    return Account(str(entry["name"]), int(entry["uid"]), int(entry.get("gid", entry["uid"])))
+    return Account(str(entry["name"]), int(entry["uid"]), _gid(entry))
 
 
 def _now() -> str:

@@ -2,8 +2,11 @@
 
 Homes of conversations nobody has written to in months only take space. Archiving packs
 one into ``<root>/archive/<home>.tar.gz`` (``gateway:O`` ``0640`` in a ``2750`` directory)
-with numeric owners and exact modes (setgid included), then removes the directory; the
-account and its uid map entry stay, so a restore gives the files back to the same uid.
+with numeric owners and exact modes (setgid included), then removes the directory. The
+caller may then give the conversation's account back (``after``, run under the home's lock
+once the directory is gone: :mod:`provisioning.reclaim`); at restore the files of the old
+uid and private group go to the account the conversation has now (:class:`Reowning`),
+every other owner (the operators' group, root) stays as stored.
 
 Both directions treat the home as hostile ground: the walk that packs it works on
 directory descriptors opened with ``O_NOFOLLOW`` and never follows a link (a link is
@@ -94,6 +97,24 @@ class ArchiveError(ProvisioningError):
 
 
 @dataclass(frozen=True)
+class Reowning:
+    """Whose a restored home's files become: the archived account's uid and private gid
+    (``old_uid``, ``old_gid``) are replaced by the account's it has now; any other owner
+    or group in the tarball stays as stored."""
+
+    old_uid: int
+    old_gid: int
+    uid: int
+    gid: int
+
+    def owner(self, uid: int, gid: int) -> tuple[int, int]:
+        return (
+            self.uid if uid == self.old_uid else uid,
+            self.gid if gid == self.old_gid else gid,
+        )
+
+
+@dataclass(frozen=True)
 class ArchiveResult:
     home: str
     tarball: Path
@@ -114,6 +135,19 @@ class ArchiveResult:
 def tarball_path(layout: Layout, name: str) -> Path:
     layout.home(name)  # refuses a name that is not a plain home directory name
     return layout.archive / f"{name}{SUFFIX}"
+
+
+def archived_owner(layout: Layout, name: str) -> int | None:
+    """The uid that owned home ``name`` when it was packed (its tarball's first member, the
+    home itself), or None when the tarball is missing or does not start with it."""
+    try:
+        with tarfile.open(tarball_path(layout, name), mode="r:gz", tarinfo=_SparseSafeInfo) as tar:
+            first = tar.next()
+    except (tarfile.TarError, EOFError, OSError, ArchiveError):
+        return None
+    if first is None or not first.isdir() or _safe_parts(first, name) != []:
+        return None
+    return first.uid
 
 
 def is_archived(layout: Layout, name: str) -> bool:
@@ -465,14 +499,19 @@ class _Exactly:
 
 
 def archive_home(
-    root: RootInfo, name: str, check: Callable[[], None] | None = None
+    root: RootInfo,
+    name: str,
+    check: Callable[[], None] | None = None,
+    after: Callable[[], None] | None = None,
 ) -> ArchiveResult:
     """Pack ``chats/<name>`` into ``archive/<name>.tar.gz``, then remove the directory.
 
     Blocking: run it off the event loop. ``check`` runs under the archive lock before
     anything is touched and raises to refuse (the caller's "is this conversation idle":
     no run in flight, nothing queued, no pending prompt). A home being built waits for the
-    lock, so one checked idle here stays idle until it is packed away.
+    lock, so one checked idle here stays idle until it is packed away. ``after`` runs under
+    the lock too, once the tarball is whole and the directory has left ``chats/`` (the
+    account's reclaim); what it raises is raised, the home archived all the same.
     """
     layout = root.layout
     home = layout.home(name)
@@ -524,6 +563,8 @@ def archive_home(
             os.close(dir_fd)
         size = target.stat().st_size
         _remove_packed(layout, name, home)
+        if after is not None:
+            after()
     for path in skipped:
         log.warning("archiving %s: %s skipped (not a file, directory or link)", name, path)
     log.info(
@@ -620,9 +661,20 @@ def _owner(fd_or_name: int | str, uid: int, gid: int, dir_fd: int | None = None)
         os.chown(fd_or_name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
 
 
-def _extract(tar: tarfile.TarFile, staging_fd: int, name: str, layout: Layout) -> list[str]:
-    """Unpack into ``staging_fd``/<name>; returns the refused members."""
+def _extract(
+    tar: tarfile.TarFile,
+    staging_fd: int,
+    name: str,
+    layout: Layout,
+    ids: Reowning | None = None,
+) -> list[str]:
+    """Unpack into ``staging_fd``/<name>; returns the refused members. ``ids``: the files
+    of the archived account go to the account the home has now."""
     home, refused, dirs = layout.home(name), [], []
+
+    def owner(member: tarfile.TarInfo) -> tuple[int, int]:
+        return (member.uid, member.gid) if ids is None else ids.owner(member.uid, member.gid)
+
     for member in tar:
         parts = _safe_parts(member, name)
         if parts is None:
@@ -652,7 +704,7 @@ def _extract(tar: tarfile.TarFile, staging_fd: int, name: str, layout: Layout) -
             with os.fdopen(fd, "wb") as out:
                 _write_with_holes(src, out, member)
                 out.flush()
-                _owner(fd, member.uid, member.gid)
+                _owner(fd, *owner(member))
                 os.fchmod(fd, member.mode & FILE_MODE_BITS)
                 os.utime(fd, (member.mtime, member.mtime))
                 os.fsync(fd)  # on disk before the tarball is deleted
@@ -664,7 +716,7 @@ def _extract(tar: tarfile.TarFile, staging_fd: int, name: str, layout: Layout) -
             parent = _open_parent(staging_fd, rel)
             try:
                 os.symlink(member.linkname, rel[-1], dir_fd=parent)
-                _owner(rel[-1], member.uid, member.gid, dir_fd=parent)
+                _owner(rel[-1], *owner(member), dir_fd=parent)
             finally:
                 os.close(parent)
         else:  # links pointing out, hard links, devices, FIFOs
@@ -679,7 +731,7 @@ def _extract(tar: tarfile.TarFile, staging_fd: int, name: str, layout: Layout) -
         finally:
             os.close(parent)
         try:
-            _owner(fd, member.uid, member.gid)
+            _owner(fd, *owner(member))
             os.fchmod(fd, member.mode & 0o7777)
             os.utime(fd, (member.mtime, member.mtime))
             os.fsync(fd)
@@ -717,11 +769,16 @@ def _write_with_holes(src: IO[bytes], out: IO[bytes], member: tarfile.TarInfo) -
     out.truncate(member.size)
 
 
-def restore_home(root: RootInfo, name: str) -> ArchiveResult:
+def restore_home(
+    root: RootInfo, name: str, owner: Callable[[], Reowning | None] | None = None
+) -> ArchiveResult:
     """Unpack ``archive/<name>.tar.gz`` back to ``chats/<name>`` and remove the tarball.
 
     Blocking: run it off the event loop. Members that would escape the home are refused
-    (logged, not extracted); the rest comes back with its owners and modes.
+    (logged, not extracted); the rest comes back with its owners and modes. ``owner`` is
+    asked under the home's lock, before anything is unpacked, whose the archived account's
+    files become (it makes the conversation's account when it has none); None keeps the
+    owners as stored.
     """
     layout = root.layout
     home = layout.home(name)
@@ -733,12 +790,13 @@ def restore_home(root: RootInfo, name: str) -> ArchiveResult:
             raise ArchiveError(f"no archive of {name} at {source}")
         _remove_crashed_restores(layout, name)
         _remove_crashed_deletes(layout, name)
+        ids = owner() if owner is not None else None
         staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(name), dir=layout.chats))
         try:
             with pinned.opened_dir(staging) as staging_fd:
                 try:
                     with tarfile.open(source, mode="r:gz", tarinfo=_SparseSafeInfo) as tar:
-                        refused = _extract(tar, staging_fd, name, layout)
+                        refused = _extract(tar, staging_fd, name, layout, ids)
                         _read_to_the_end(tar)
                 except (tarfile.TarError, EOFError, OSError, ArchiveError) as exc:
                     raise ArchiveError(f"cannot unpack {source}: {exc}") from exc
@@ -814,12 +872,15 @@ def _read_to_the_end(tar: tarfile.TarFile) -> None:
         pass
 
 
-def restore_if_archived(root: RootInfo, name: str) -> bool:
-    """Restore ``name`` when it is archived and its directory is gone; True if it was."""
+def restore_if_archived(
+    root: RootInfo, name: str, owner: Callable[[], Reowning | None] | None = None
+) -> bool:
+    """Restore ``name`` when it is archived and its directory is gone; True if it was.
+    ``owner``: as for :func:`restore_home`."""
     if not is_archived(root.layout, name):
         return False
     try:
-        restore_home(root, name)
+        restore_home(root, name, owner)
     except ArchiveError:
         if os.path.lexists(root.layout.home(name)):
             return False  # someone else restored it meanwhile

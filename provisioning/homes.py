@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import archive, handover, naming, pinned
+from . import archive, handover, naming, pinned, reclaim
 from . import template as seeding
 from .accounts import Account, AccountRegistry, current_account
 from .errors import ProvisioningError, UnsafePathError
@@ -111,12 +111,29 @@ class Homes:
     def ensure(self, thread_key: str) -> Home:
         """Create or repair the home (and account) of ``thread_key``. Blocking: run off-loop."""
         name = naming.home_name(thread_key)
+        # An archived home comes back before anything is built (archive.py). Building holds
+        # the home's archive lock shared, so a home is never packed away half-built, and "is it
+        # archived?" is asked under that lock: asked before it, an archive landing in
+        # between had a fresh empty home built beside its tarball. The account is asked
+        # under it too: an archived home's account is reclaimed under the lock held
+        # exclusively (reclaim.py), so one asked before could be gone by now.
+        restored = False
+        while True:
+            with archive.home_lock(self.root, name, exclusive=False):
+                if not archive.is_archived(self.root.layout, name):
+                    home = self._home(thread_key, name)
+                    self._build(home)
+                    self._walk_once(home, again=restored)
+                    return home
+            restored = self._restore(thread_key, name) or restored
+
+    def _home(self, thread_key: str, name: str) -> Home:
         if self.isolated:
             assert self.registry is not None
             account = self.registry.ensure(name, thread_key)
         else:
             account = current_account()
-        home = Home(
+        return Home(
             thread_key=thread_key,
             name=name,
             path=self.root.layout.home(name),
@@ -124,18 +141,17 @@ class Homes:
             operator_gid=self.root.operator_gid,
             isolated=self.isolated,
         )
-        # An archived home comes back before anything is built (archive.py). Building holds
-        # the home's archive lock shared, so a home is never packed away half-built, and "is it
-        # archived?" is asked under that lock: asked before it, an archive landing in
-        # between had a fresh empty home built beside its tarball.
-        restored = False
-        while True:
-            with archive.home_lock(self.root, name, exclusive=False):
-                if not archive.is_archived(self.root.layout, name):
-                    self._build(home)
-                    self._walk_once(home, again=restored)
-                    return home
-            restored = archive.restore_if_archived(self.root, name) or restored
+
+    def _restore(self, thread_key: str, name: str) -> bool:
+        """Unpack archived ``name``; isolated, with an account again (its files given to
+        it when its old uid is another's now). True when this call restored it."""
+        if self.registry is None or not self.isolated:
+            return archive.restore_if_archived(self.root, name)
+        owner = reclaim.restore_owner(self.registry, name, thread_key)
+        if not archive.restore_if_archived(self.root, name, owner):
+            return False
+        self.registry.restored(name)
+        return True
 
     def _walk_once(self, home: Home, *, again: bool) -> None:
         """The home repair, once per home per process (again after a restore). Blocking.

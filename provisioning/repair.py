@@ -8,6 +8,10 @@ top, each home ``2750 conv:O`` (``0700`` single-account). The deep walk is
 starts with the shallow repair only and walks each home when it first provisions that
 conversation (``Homes.ensure``), so a start does not read 10,000 homes.
 
+Isolated, it first finishes what an archiving cut off by a crash left of an account: the
+account of a home found archived is given back, one the map says was given back is deleted
+(:func:`provisioning.reclaim.repair_reclaims`).
+
 An isolated root's home still owned by the gateway (made with isolation off) is marked for
 its handover (:mod:`provisioning.handover`) before it is given to its account; the handover
 itself runs at the conversation's next ``Homes.ensure`` or here with ``deep``, which also
@@ -21,7 +25,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from . import handover, naming, pinned
+from . import handover, naming, pinned, reclaim
 from .accounts import AccountRegistry
 from .errors import ProvisioningError
 from .layout import CHATS_DIR, PERSONAS_DIR, TOOLS_DIR, RootInfo, init_root
@@ -66,6 +70,11 @@ def repair(
     root = init_root(root.layout.root, root.operator_group)
     report = RepairReport()
     _strip_top_level(root, report.top)
+    if isolated and registry is not None:
+        try:
+            reclaim.repair_reclaims(root, registry)
+        except (OSError, ProvisioningError) as exc:
+            _fail(report.top, f"accounts of archived homes: {exc}")
     accounts = registry.all() if (isolated and registry is not None) else {}
     owner_uid = os.geteuid()
     with pinned.opened_dir(root.layout.chats) as chats_fd:

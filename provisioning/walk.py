@@ -118,16 +118,23 @@ def _why(exc: OSError) -> str:
 class _Frame:
     """One directory on the walk's path: its descriptor (or -1 while parked) and identity."""
 
-    __slots__ = ("dev", "fd", "ino", "next", "subdirs", "where")
+    __slots__ = ("dev", "fd", "ino", "name", "next", "subdirs", "where")
 
     def __init__(
-        self, fd: int, dev: int, ino: int, where: str, subdirs: list[tuple[str, int, int]]
+        self,
+        fd: int,
+        dev: int,
+        ino: int,
+        where: str,
+        subdirs: list[tuple[str, int, int]],
+        name: str = "",
     ) -> None:
         self.fd = fd
         self.dev = dev
         self.ino = ino
         self.where = where
         self.subdirs = subdirs
+        self.name = name
         self.next = 0
 
 
@@ -171,7 +178,11 @@ class TreeWalk:
     * :meth:`regular` for every regular file, with its directory's descriptor, its name and
       its ``lstat``; it returns ``UNCHANGED``, ``CHANGED`` or ``SKIPPED``;
     * :meth:`not_regular` for everything else (links, FIFOs, sockets, devices), counted as
-      skipped by the walk; never to be opened except ``O_PATH``.
+      skipped by the walk; never to be opened except ``O_PATH``;
+    * :meth:`enters` for every subdirectory listed, before it is opened: False passes it
+      over (another filesystem, say);
+    * :meth:`left` for every directory below the top once everything in it was walked,
+      with its parent's descriptor, its name and identity (to remove it, say).
 
     Names in ``top_skip`` are passed over in the home itself (a walk's own markers).
     """
@@ -190,6 +201,14 @@ class TreeWalk:
 
     def not_regular(self, dir_fd: int, entry: os.DirEntry[str], where: str) -> None:
         """A link, FIFO, socket or device (already counted as checked and skipped)."""
+
+    def enters(self, st: os.stat_result) -> bool:
+        """Whether to walk into a listed subdirectory (its ``lstat``)."""
+        return True
+
+    def left(self, dir_fd: int, name: str, dev: int, ino: int, where: str) -> None:
+        """Directory ``name`` of ``dir_fd`` (``where``), whose walk is over, was the inode
+        (``dev``, ``ino``) the walk opened; it may have been replaced by name since."""
 
     def run(self, home_fd: int, where: str) -> None:
         report = self.report
@@ -223,8 +242,9 @@ class TreeWalk:
                         raise
                     if not sub:  # nothing below it: no need to keep it open
                         os.close(fd)
+                        self.left(top.fd, name, dev, ino, child_where)
                         continue
-                    stack.append(_Frame(fd, dev, ino, child_where, sub))
+                    stack.append(_Frame(fd, dev, ino, child_where, sub, name))
                     if len(stack) - parked > FD_BUDGET:
                         os.close(stack[parked].fd)
                         stack[parked].fd = -1
@@ -244,6 +264,8 @@ class TreeWalk:
                         del stack[1:]
                         parked = 1
                 os.close(top.fd)
+                if stack[-1] is parent:  # its parent is open again: the directory is done
+                    self.left(parent.fd, top.name, top.dev, top.ino, top.where)
         finally:
             for frame in stack[1:]:
                 if frame.fd != -1:
@@ -324,7 +346,10 @@ class TreeWalk:
                         except OSError as exc:
                             report.fail(f"{where}/{entry.name}", f"cannot stat: {_why(exc)}")
                             continue
-                        subdirs.append((entry.name, est.st_dev, est.st_ino))
+                        if self.enters(est):
+                            subdirs.append((entry.name, est.st_dev, est.st_ino))
+                        else:
+                            skipped += 1
                         continue
                     if not entry.is_file(follow_symlinks=False):
                         checked += 1

@@ -13,12 +13,15 @@ import os
 import pwd
 import secrets
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from bridge.runner.killer import AccountKillError, kill_account
+from provisioning.accounts import AccountRegistry
+from provisioning.homes import Homes
 
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (real accounts and groups)")
@@ -61,8 +64,22 @@ def _uid_free(uid: int) -> bool:
         return True
 
 
+# the ``reclaiming_homes`` fixture: isolated homes on a range of this many uids
+ReclaimingHomes = Callable[[int], tuple[Homes, AccountRegistry]]
+
+
+def as_account(uid: int, gid: int, *argv: str) -> list[str]:
+    """``argv`` run as ``uid``/``gid`` with no other group (what a conversation's run is)."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
+
+
+def run_as(uid: int, gid: int, script: str) -> None:
+    """Run a shell ``script`` as the account (bounded; it must succeed)."""
+    subprocess.run(as_account(uid, gid, "/bin/sh", "-c", script), check=True, timeout=30)
+
+
 def remove_accounts(map_path: Path) -> None:
-    """Delete every account a test's uid map recorded (throwaway accounts).
+    """Delete every account a test's uid map recorded (throwaway accounts), archived ones too.
 
     Whatever still runs as one is killed first: a test that failed may have left a runner's
     child behind (a fork chain left running loads the machine for every later test), and
@@ -72,7 +89,8 @@ def remove_accounts(map_path: Path) -> None:
         data = json.loads(map_path.read_text())
     except (OSError, ValueError):
         return
-    for entry in data.get("accounts", {}).values():
+    recorded = [*data.get("accounts", {}).values(), *data.get("archived", {}).values()]
+    for entry in recorded:  # archived: reclaimed already, unless a test cut that off
         name = entry.get("name")
         if isinstance(name, str) and name.startswith("jb-"):
             uid = entry.get("uid")

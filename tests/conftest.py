@@ -15,12 +15,25 @@ import grp
 import os
 import pwd
 import secrets
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from accounts_support import IS_ROOT, OperatorGroup, free_uid_range, remove_accounts
+from accounts_support import (
+    IS_ROOT,
+    OperatorGroup,
+    ReclaimingHomes,
+    free_uid_range,
+    remove_accounts,
+)
+
+from bridge.runner.killer import kill_accounts
+from provisioning.accounts import AccountRegistry
+from provisioning.homes import Homes
+from provisioning.layout import init_root
 
 
 @pytest.fixture
@@ -65,6 +78,49 @@ def shared_root(tmp_path: Path) -> Iterator[Path]:
         os.chmod(parent, 0o755)  # pytest makes its base 0700; accounts must traverse to root
     yield root
     remove_accounts(root / "state" / "accounts.json")
+
+
+@pytest.fixture
+def reclaiming_homes(
+    shared_root: Path, operator_group: OperatorGroup, uid_range: tuple[int, int]
+) -> ReclaimingHomes:
+    """Isolated homes under ``shared_root`` whose accounts come from the first ``size`` uids
+    of ``uid_range``, killed with the gateway's killer (as ``provision`` makes them)."""
+
+    def make(size: int) -> tuple[Homes, AccountRegistry]:
+        info = init_root(shared_root, operator_group.name)
+        small = (uid_range[0], uid_range[0] + size - 1)
+        registry = AccountRegistry(info.layout, info.operator_gid, small, kill=kill_accounts)
+        return Homes(info, isolated=True, registry=registry), registry
+
+    return make
+
+
+WORLD_WRITABLE = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+
+
+@pytest.fixture
+def leftover_tag() -> Iterator[str]:
+    """A name part for what a test leaves in /tmp, /var/tmp and /dev/shm as a conversation;
+    whatever carries it is removed afterwards (a test that failed left it there)."""
+    tag = f"jb-left-{secrets.token_hex(4)}"
+    yield tag
+    for place in WORLD_WRITABLE:
+        for path in place.glob(f"{tag}*"):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def outside_dir() -> Iterator[Path]:
+    """A directory outside every world-writable place (a link's target to be left alone)."""
+    base = next(p for p in (Path("/var/lib"), Path("/opt"), Path("/srv")) if p.is_dir())
+    path = Path(tempfile.mkdtemp(prefix="jb-outside-", dir=base))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,15 +1,18 @@
 """A uid range filling up with conversation accounts (hostile input: one user opening
 thread after thread, as root).
 
-Every new thread makes an account, kept for good (an archived conversation keeps its
+Every new thread makes an account, kept for good (an archived conversation kept its
 uid): 960 signed mentions from one allowlisted user took a 1,000-uid range in 93 s, and no
 new conversation could start for anyone after that, with no word before it happened. The
 gateway now says so as the range passes 80%: in its log, in ``/metrics``
-(``jazz_bridge_accounts_used`` of ``jazz_bridge_accounts_capacity``) and in doctor.
+(``jazz_bridge_accounts_used`` of ``jazz_bridge_accounts_capacity``) and in doctor; it
+limits new conversations per person and per team; and an archived conversation gives its
+account back (its uid returns at restore when still free).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -114,3 +117,42 @@ async def test_new_conversations_are_limited_per_person_and_per_team(
         assert "fake answer" in await send(7, "plain:teamA:1", "ada")
     made = json.loads(accounts.read_text())["accounts"]
     assert len(made) == 4, made  # the refused got no account
+
+
+def _cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
+
+
+async def test_an_archived_conversation_gives_its_account_to_the_next_one(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A full range frees up when a conversation is archived (``homes archive``, while the
+    gateway runs): a new thread gets the account's uid, and the metrics count live ones."""
+    lo = int(env["JAZZ_BRIDGE_ACCOUNTS__UID_MIN"])
+    env["JAZZ_BRIDGE_ACCOUNTS__UID_MAX"] = str(lo + 1)  # two uids
+    accounts = tmp_path / "root" / "state" / "accounts.json"
+    async with running_gateway(env) as (_, client):
+        for thread in ("old", "busy"):
+            await client.post(thread, "hello")
+            await client.wait_role(thread, "assistant")
+        old = json.loads(accounts.read_text())["accounts"]
+        (old_home,) = [h for h, e in old.items() if e["threadKey"] == "web:old"]
+        old_uid = old[old_home]["uid"]
+        archived = await asyncio.to_thread(_cli, env, "homes", "archive", "web:old")
+        assert archived.returncode == 0, archived.stderr
+        doc = json.loads(accounts.read_text())
+        assert old_home not in doc["accounts"] and doc["archived"][old_home]["uid"] == old_uid
+        async with client.session.get(client.base + "/metrics") as resp:
+            assert gauge(await resp.text(), "jazz_bridge_accounts_used") == 1
+        await client.post("newcomer", "hello")
+        (answer,) = await client.wait_role("newcomer", "assistant")
+        assert "fake answer" in answer["text"], answer
+        live = json.loads(accounts.read_text())["accounts"]
+        (entry,) = [e for e in live.values() if e["threadKey"] == "web:newcomer"]
+        assert entry["uid"] == old_uid  # the only uid of the range left: the freed one

@@ -9,14 +9,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from accounts_support import OperatorGroup, needs_root
+from accounts_support import OperatorGroup, ReclaimingHomes, needs_root
 
 from provisioning import naming
 from provisioning.accounts import AccountRegistry
 from provisioning.archive import archive_home
-from provisioning.errors import AccountError, NewerSchemaError
+from provisioning.errors import AccountError, NewerSchemaError, UidRangeExhausted
 from provisioning.homes import Homes
 from provisioning.layout import init_root
+from provisioning.reclaim import archive_and_reclaim
 
 pytestmark = needs_root
 
@@ -191,3 +192,109 @@ def test_only_uids_still_owned_by_their_accounts_are_acted_on(
     (shared_root / "state" / "accounts.json").write_text(json.dumps(doc))
     fresh = AccountRegistry(registry.layout, operator_group.gid, uid_range)
     assert fresh.owned_uids() == {mine.uid}  # 65534 is nobody's, not jb-taken's
+
+
+# -- archived conversations give their accounts back ---------------------------------------
+
+
+def _gone(name: str, uid: int) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return False
+    except KeyError:
+        pass
+    try:
+        pwd.getpwuid(uid)
+        return False
+    except KeyError:
+        return True
+
+
+def test_archiving_frees_the_uid_of_a_full_range_for_a_new_conversation(
+    reclaiming_homes: ReclaimingHomes,
+) -> None:
+    homes, registry = reclaiming_homes(3)
+    made = [homes.ensure(f"web:full{n}") for n in range(3)]
+    assert registry.usage() == (3, 3)
+    with pytest.raises(UidRangeExhausted):
+        homes.ensure("web:one-too-many")
+    first = made[0]
+    archive_and_reclaim(homes.root, first.name, registry)
+    assert _gone(first.account.name, first.account.uid)  # account and uid gone from passwd
+    assert registry.usage() == (2, 3)  # the 80% warnings and /metrics count live ones only
+    doc = json.loads((homes.root.layout.uid_map).read_text())
+    assert first.name not in doc["accounts"]
+    assert doc["archived"][first.name]["uid"] == first.account.uid
+    newcomer = homes.ensure("web:one-too-many")
+    assert newcomer.account.uid == first.account.uid  # the only uid left: the freed one
+    assert pwd.getpwuid(newcomer.account.uid).pw_name == newcomer.account.name
+    assert registry.usage() == (3, 3)
+
+
+def test_never_used_uids_are_handed_out_before_freed_ones(
+    reclaiming_homes: ReclaimingHomes,
+) -> None:
+    homes, registry = reclaiming_homes(3)
+    a = homes.ensure("web:early")
+    homes.ensure("web:middle")
+    archive_and_reclaim(homes.root, a.name, registry)
+    late = homes.ensure("web:late")
+    lo = registry.uid_range[0]
+    assert late.account.uid == lo + 2  # never used, though lo (freed) is lower
+
+
+def test_a_restored_conversation_gets_its_old_uid_back_when_it_is_free(
+    reclaiming_homes: ReclaimingHomes, operator_group: OperatorGroup
+) -> None:
+    homes, registry = reclaiming_homes(3)
+    home = homes.ensure("web:sleeper")
+    notes = home.path / "workspace" / "notes.md"
+    notes.write_text("before\n")
+    os.chown(notes, home.account.uid, operator_group.gid)
+    archive_and_reclaim(homes.root, home.name, registry)
+    assert _gone(home.account.name, home.account.uid)
+    back = homes.ensure("web:sleeper")  # restore_if_archived, from ensure
+    assert back.account == home.account  # same uid, gid and name
+    assert pwd.getpwnam(back.account.name).pw_uid == home.account.uid
+    assert notes.read_text() == "before\n"
+    assert (notes.stat().st_uid, notes.stat().st_gid) == (home.account.uid, operator_group.gid)
+    doc = json.loads(homes.root.layout.uid_map.read_text())
+    assert home.name in doc["accounts"] and home.name not in doc["archived"]
+    assert registry.usage() == (1, 3)
+
+
+def test_a_restored_conversation_whose_uid_was_taken_gets_another_and_its_files_follow(
+    reclaiming_homes: ReclaimingHomes, operator_group: OperatorGroup
+) -> None:
+    homes, registry = reclaiming_homes(2)
+    a = homes.ensure("web:away")
+    b = homes.ensure("web:other")
+    old_uid, old_gid = a.account.uid, a.account.gid
+    files = {
+        "workspace/notes.md": (old_uid, operator_group.gid),  # conv:O, as files land
+        "gnupg/key": (old_uid, old_gid),  # conv:conv, the private group
+        "workspace/root-made": (0, operator_group.gid),  # not the account's: stays as stored
+    }
+    for rel, (uid, gid) in files.items():
+        (a.path / rel).write_text(rel)
+        os.chown(a.path / rel, uid, gid)
+    archive_and_reclaim(homes.root, a.name, registry)
+    c = homes.ensure("web:newcomer")
+    assert c.account.uid == old_uid  # the only free uid: a's
+    archive_and_reclaim(homes.root, b.name, registry)  # frees the other
+    back = homes.ensure("web:away")
+    assert back.account.uid == b.account.uid != old_uid  # a fresh (here: b's freed) uid
+    new_uid, new_gid = back.account.uid, back.account.gid
+    expect = {
+        "workspace/notes.md": (new_uid, operator_group.gid),
+        "gnupg/key": (new_uid, new_gid),
+        "workspace/root-made": (0, operator_group.gid),
+    }
+    for rel, owner in expect.items():
+        st = os.lstat(back.path / rel)
+        assert (st.st_uid, st.st_gid) == owner, rel
+    st = os.lstat(back.path)
+    assert (st.st_uid, st.st_gid) == (new_uid, operator_group.gid)
+    owners = {os.lstat(p).st_uid for p in back.path.rglob("*")}
+    assert old_uid not in owners  # nothing of the home is c's now
+    assert c.account.uid == pwd.getpwnam(c.account.name).pw_uid  # c untouched

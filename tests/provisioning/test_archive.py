@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import os
+import pwd
 import stat
+import subprocess
+import sys
 import tarfile
 import threading
 from pathlib import Path
@@ -289,3 +292,89 @@ def test_a_home_with_paths_longer_than_path_max_comes_back(tmp_path: Path) -> No
         os.close(leaf)
     finally:
         os.close(fd)
+
+
+# -- a crash between the archive and the account's removal ---------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+CRASHED = 71  # the exit code of the process cut off below
+
+# The archiving process dies at one moment, as a power cut would leave it: "after" dies
+# once the tarball is renamed and the directory gone, before the uid map is written;
+# "kill" dies once the map says archived, before the account's processes are killed and
+# userdel runs.
+CRASH = """
+import os, sys
+from provisioning.accounts import AccountRegistry
+from provisioning.archive import archive_home
+from provisioning.layout import init_root
+from provisioning.reclaim import archive_and_reclaim
+
+root, group, lo, hi, name, where, code = sys.argv[1:]
+info = init_root(root, group)
+die = lambda *_: os._exit(int(code))
+if where == "after":
+    archive_home(info, name, after=die)
+else:
+    registry = AccountRegistry(info.layout, info.operator_gid, (int(lo), int(hi)), kill=die)
+    archive_and_reclaim(info, name, registry)
+"""
+
+
+@needs_root
+@pytest.mark.parametrize("where", ["after", "kill"])
+def test_a_crash_between_the_archive_and_userdel_is_repaired_by_the_next_repair(
+    where: str, shared_root: Path, operator_group: OperatorGroup, uid_range: tuple[int, int]
+) -> None:
+    info = init_root(shared_root, operator_group.name)
+    registry = AccountRegistry(info.layout, info.operator_gid, uid_range)
+    homes = Homes(info, isolated=True, registry=registry)
+    home = homes.ensure("web:cut-off")
+    lo, hi = uid_range
+    crashed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CRASH,
+            str(shared_root),
+            operator_group.name,
+            str(lo),
+            str(hi),
+            home.name,
+            where,
+            str(CRASHED),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert crashed.returncode == CRASHED, crashed.stderr
+    assert is_archived(info.layout, home.name)
+    assert pwd.getpwnam(home.account.name).pw_uid == home.account.uid  # left behind
+    repaired = subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "repair"],
+        env={
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "PYTHONPATH": str(REPO),
+            "JAZZ_BRIDGE_ROOT": str(shared_root),
+            "JAZZ_BRIDGE_OPERATOR_GROUP": operator_group.name,
+            "JAZZ_BRIDGE_ISOLATION": "on",
+            "JAZZ_BRIDGE_ACCOUNTS__UID_MIN": str(lo),
+            "JAZZ_BRIDGE_ACCOUNTS__UID_MAX": str(hi),
+        },
+        cwd=shared_root.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert repaired.returncode == 0, repaired.stderr[-2000:]
+    with pytest.raises(KeyError):
+        pwd.getpwnam(home.account.name)
+    with pytest.raises(KeyError):
+        pwd.getpwuid(home.account.uid)
+    assert registry.get(home.name) is None
+    assert registry.archived(home.name) == home.account
+    assert registry.usage()[0] == 0
+    back = homes.ensure("web:cut-off")  # and it comes back with its uid
+    assert back.account.uid == home.account.uid

@@ -1,0 +1,133 @@
+"""A freed uid serves another conversation only once nothing of its last holder is left.
+
+The accounts are real (root): a conversation leaves files, a setuid shell, a FIFO, a
+shared-memory segment and a process behind outside its home, is archived (its account
+given back), and a new conversation is handed the same uid.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from accounts_support import ReclaimingHomes, as_account, needs_root, run_as
+
+from provisioning import leftovers
+from provisioning.accounts import AccountRegistry
+from provisioning.errors import UidRangeExhausted
+from provisioning.homes import Homes
+from provisioning.reclaim import archive_and_reclaim
+
+pytestmark = needs_root
+
+WAIT_S = 30  # bound on a lingering process's end once it was killed
+
+
+def _ipc_of(uid: int) -> list[str]:
+    """Rows of /proc/sysvipc/shm whose owner or creator is ``uid``."""
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    header = lines[0].split()
+    rows = [dict(zip(header, line.split(), strict=False)) for line in lines[1:]]
+    return [r["shmid"] for r in rows if str(uid) in (r.get("uid"), r.get("cuid"))]
+
+
+def test_a_freed_uid_goes_to_a_new_conversation_only_after_its_leftovers_are_gone(
+    reclaiming_homes: ReclaimingHomes, leftover_tag: str, outside_dir: Path
+) -> None:
+    homes, registry = reclaiming_homes(1)  # one uid: the newcomer must get the freed one
+    old = homes.ensure("web:leaver")
+    uid, gid = old.account.uid, old.account.gid
+    kept = outside_dir / "kept"
+    kept.write_text("not in a world-writable place\n")
+    shared = Path(f"/tmp/{leftover_tag}-shared")
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    run_as(
+        uid,
+        gid,
+        f"""
+        set -e
+        t={leftover_tag}
+        echo notes > /tmp/$t-note
+        mkdir /tmp/$t-dir && echo x > /tmp/$t-dir/inner && mkdir /tmp/$t-dir/deeper
+        ln -s {kept} /tmp/$t-link
+        cp /bin/sh /var/tmp/$t-sh && chmod 4755 /var/tmp/$t-sh
+        echo s > /dev/shm/$t-shm
+        mkfifo /tmp/$t-fifo
+        mkdir {shared}/mine
+        ipcmk -M 4096 >/dev/null
+        """,
+    )
+    theirs = shared / "mine" / "theirs"  # another account's file in the leaver's directory
+    theirs.write_text("root's\n")
+    grouped = Path(f"/tmp/{leftover_tag}-grouped")  # root's file in the leaver's group
+    grouped.write_text("grouped\n")
+    os.chown(grouped, 0, gid)
+    assert _ipc_of(uid)
+
+    archive_and_reclaim(homes.root, old.name, registry)
+    # the setuid shell, run after the account is gone: a process of the old uid
+    lingering = subprocess.Popen(
+        as_account(uid, gid, "/bin/sleep", "600"), stdout=subprocess.DEVNULL
+    )
+    try:
+        newcomer = homes.ensure("web:newcomer")
+        assert newcomer.account.uid == uid
+        assert lingering.wait(timeout=WAIT_S) != 0  # killed before the uid was handed out
+    finally:
+        if lingering.poll() is None:
+            lingering.kill()
+            lingering.wait(timeout=WAIT_S)
+
+    left = sorted(
+        str(p)
+        for place in ("/tmp", "/var/tmp", "/dev/shm")
+        for p in Path(place).glob(f"{leftover_tag}*")
+    )
+    assert left == [str(grouped), str(shared)]
+    assert not (shared / "mine").is_symlink()
+    mine = os.lstat(shared / "mine")  # kept for the other's file, given to root
+    assert (mine.st_uid, mine.st_gid) == (0, 0) and stat.S_ISDIR(mine.st_mode)
+    assert theirs.read_text() == "root's\n"
+    assert os.lstat(grouped).st_gid == 0
+    assert kept.read_text() == "not in a world-writable place\n"  # the link was not followed
+    assert _ipc_of(uid) == []
+    assert leftovers.processes_of(uid, gid) == []
+
+
+def test_a_freed_uid_with_a_process_left_is_passed_over_until_the_process_ends(
+    reclaiming_homes: ReclaimingHomes,
+) -> None:
+    homes, killing = reclaiming_homes(1)
+    old = homes.ensure("web:still-running")
+    uid, gid = old.account.uid, old.account.gid
+    archive_and_reclaim(homes.root, old.name, killing)
+    # a registry that cannot kill (no killer given): the process must be found and refused
+    registry = AccountRegistry(killing.layout, killing.operator_gid, killing.uid_range)
+    unkilled = Homes(homes.root, isolated=True, registry=registry)
+    lingering = subprocess.Popen(as_account(uid, gid, "/bin/sleep", "600"))
+    try:
+        with pytest.raises(UidRangeExhausted, match="holds what an archived conversation left"):
+            unkilled.ensure("web:waiting")
+        assert registry.usage() == (0, 1)
+    finally:
+        lingering.kill()
+        lingering.wait(timeout=WAIT_S)
+    assert unkilled.ensure("web:waiting").account.uid == uid  # tried again: free now
+
+
+def test_a_restored_conversation_gets_its_uid_back_with_its_leftovers_kept(
+    reclaiming_homes: ReclaimingHomes, leftover_tag: str
+) -> None:
+    homes, registry = reclaiming_homes(2)
+    home = homes.ensure("web:returning")
+    uid, gid = home.account.uid, home.account.gid
+    run_as(uid, gid, f"echo mine > /tmp/{leftover_tag}-own")
+    archive_and_reclaim(homes.root, home.name, registry)
+    back = homes.ensure("web:returning")
+    assert back.account.uid == uid
+    own = Path(f"/tmp/{leftover_tag}-own")  # its own files are nobody else's: left alone
+    assert own.read_text() == "mine\n" and os.lstat(own).st_uid == uid
