@@ -33,6 +33,7 @@ from provisioning.sandbox import private_proc_unavailable, resolve_isolation
 
 from . import rules
 from .config import CoreSettings
+from .connections import PeerConnections, PeerLimitedSite
 from .errors import AdapterError, BridgeError, ConfigError
 from .metrics import Metrics
 from .operators import OPS_SIZE_TTL_S, Operators
@@ -192,7 +193,7 @@ class GatewayApp:
         self.engine: Engine | None = None
         self.web_app: web.Application | None = None
         self.runner: web.AppRunner | None = None
-        self.site: web.TCPSite | None = None
+        self.site: PeerLimitedSite | None = None
         self.provisioned: Provisioned | None = None
         self.sweeper: Sweeper | None = None
         self._started = False  # every adapter started (readiness)
@@ -289,9 +290,12 @@ class GatewayApp:
         # browser holds); aiohttp's default of 60 s outlasts systemd's stop timeout
         self.runner = make_runner(self.web_app, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
         await self.runner.setup()
-        self.site = web.TCPSite(
-            self.runner, self.settings.server.host, self.settings.server.port, reuse_address=True
+        server = self.settings.server
+        peers = PeerConnections(
+            server.max_connections_per_peer,
+            lambda _peer: self.metrics.auth_failures.labels("http", "connections").inc(),
         )
+        self.site = PeerLimitedSite(self.runner, server.host, server.port, peers)
         await self.site.start()
         for adapter in self.adapters:
             with _adapter_step(adapter.name, "start"):

@@ -165,6 +165,9 @@ class ServerSettings(Section):
     # under way from one peer (a TLS proxy in front is one peer: keep room for its traffic)
     max_buffered_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     max_requests_per_peer: int = Field(default=256, ge=1)
+    # connections open from one address (each costs a descriptor whether it sends or not);
+    # 0: no limit. Behind a proxy, room for every connection it may open.
+    max_connections_per_peer: int = Field(default=512, ge=0)
     shutdown_grace_s: float = Field(default=8.0, gt=0, le=60)
 
 

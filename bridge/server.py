@@ -12,6 +12,7 @@ all the bodies being read at once may hold at most ``server.max_buffered_bytes``
 beyond that is answered 503 at once, with Retry-After), and one peer may have at most
 ``server.max_requests_per_peer`` requests under way (429). Before, 1,200 slow connections
 that sent no credential took the gateway from 0.4 to 1.55 GB.
+Connections themselves are counted per peer before a byte is read (:mod:`bridge.connections`).
 """
 
 from __future__ import annotations

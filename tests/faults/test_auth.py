@@ -420,3 +420,45 @@ async def test_bodies_read_at_once_are_bounded_in_bytes_and_per_peer(
             {**secret, "Content-Type": "application/json"},
         )
         assert status == 200, text
+
+
+async def healthz_on(reader: Any, writer: Any) -> int:
+    """GET /healthz on an open connection (closed after); the status of the answer."""
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    status = await status_within(reader)
+    await asyncio.wait_for(reader.read(), 5)  # to its end: the gateway closed it
+    return status
+
+
+async def test_connections_beyond_a_peers_limit_are_refused_before_a_byte_is_read(
+    env: dict[str, str],
+) -> None:
+    """One address could open connections without end, each holding a descriptor of the
+    gateway whether it sent anything or not. Beyond server.max_connections_per_peer it is
+    answered 429 and closed at once; its open ones and other addresses are served, and a
+    connection that closes gives its place back."""
+    env["JAZZ_BRIDGE_SERVER__MAX_CONNECTIONS_PER_PEER"] = "4"
+    async with running_gateway(env) as (_, client):
+        host, port = client.base.removeprefix("http://").split(":")
+
+        async def connect() -> Any:  # from another loopback address than the test's client
+            return await asyncio.open_connection(host, int(port), local_addr=("127.0.0.2", 0))
+
+        held = [await connect() for _ in range(4)]  # silent: not a byte sent
+        try:
+            reader, writer = await connect()
+            try:
+                assert await status_within(reader) == 429
+                rest = await asyncio.wait_for(reader.read(), 5)  # and closed
+                assert b"Retry-After: 1" in rest and b"max_connections_per_peer" in rest
+            finally:
+                writer.close()
+            async with client.session.get(client.base + "/healthz") as r:
+                assert r.status == 200  # another address is served meanwhile
+            assert await healthz_on(*held.pop(0)) == 200  # so are the peer's open ones
+            assert await healthz_on(*await connect()) == 200  # the closed one's place
+        finally:
+            for _, w in held:
+                w.close()
+        assert failures(await scraped(client), "http")["connections"] == 1
