@@ -23,6 +23,7 @@ from pathlib import Path
 from aiohttp import web
 
 from provisioning.accounts import AccountRegistry
+from provisioning.cgroups import find_tree
 from provisioning.errors import LayoutError
 from provisioning.homes import Homes
 from provisioning.layout import Layout, RootInfo, init_root, untraversable_ancestor
@@ -31,7 +32,7 @@ from provisioning.private_proc import proc_hides_other_uids
 from provisioning.repair import repair
 from provisioning.sandbox import private_proc_unavailable, resolve_isolation
 
-from . import rules
+from . import rules, run_limits
 from .config import CoreSettings
 from .connections import PeerConnections, PeerLimitedSite
 from .errors import AdapterError, BridgeError, ConfigError
@@ -173,6 +174,17 @@ def make_backend(
             "home with 'No agent found' (a home needs config.json and agents/%s.json)",
             cfg.agent,
         )
+    limits = run_limits.from_settings(settings.limits)
+    cgroups = None
+    if settings.limits.run_cgroup and (limits.memory_bytes or limits.processes):
+        cgroups = find_tree(settings.root.absolute())
+        if cgroups is None:
+            log.info(
+                "runs have no cgroup of their own (the host delegates none to the gateway): "
+                "their memory and processes are bounded per process and per account only"
+            )
+        else:
+            log.info("each run gets a cgroup of its own: %s", cgroups.describe())
     return CliRunner(
         command,
         kill_grace_s=cfg.kill_grace_s,
@@ -180,6 +192,8 @@ def make_backend(
         private_proc=unavailable is None,
         argv_hidden=hidden,
         default_provider=template_provider(cfg.home_template, cfg.agent),
+        cgroups=cgroups,
+        run_limits=limits,
     )
 
 

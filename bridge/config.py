@@ -210,6 +210,9 @@ class LimitsSettings(Section):
     run_max_memory_bytes: int = Field(default=8 * 1024**3, ge=0)
     run_max_cpu_s: int = Field(default=1800, ge=0)
     run_max_file_bytes: int = Field(default=2 * 1024**3, ge=0)
+    # a cgroup per run where the host lets the gateway make one (provisioning/cgroups.py):
+    # run_max_memory_bytes and run_max_processes then also bound the whole run together
+    run_cgroup: bool = True
 
 
 class ProgressSettings(Section):

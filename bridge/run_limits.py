@@ -36,9 +36,29 @@ def size(n: int) -> str:
     return f"{n} bytes"
 
 
-def hit_text(limits: RunLimits, exit_code: int | None, stderr: Sequence[str]) -> str | None:
+def hit_text(
+    limits: RunLimits,
+    exit_code: int | None,
+    stderr: Sequence[str],
+    *,
+    measured: str | None = None,
+    whole: RunLimits | None = None,
+) -> str | None:
     """The sentence a failed run's reply gets when it most likely ran into one of its
-    limits, naming the limit and its key; None when it did not."""
+    limits, naming the limit and its key; None when it did not. ``measured``: what the
+    run's cgroup says it ran into (``memory``, ``processes``), over the whole run under
+    ``whole`` (the limits before they were fitted to the run's account)."""
+    whole = whole or limits
+    if measured == LimitHit.MEMORY and whole.memory_bytes:
+        return (
+            "The run ran out of memory: together its processes may use at most "
+            f"{size(whole.memory_bytes)} (`limits.run_max_memory_bytes`)."
+        )
+    if measured == LimitHit.PROCESSES and whole.processes:
+        return (
+            f"The run could not start a process: a run may have at most {whole.processes} "
+            "processes and threads (`limits.run_max_processes`)."
+        )
     hit = limits.hit(exit_code, stderr)
     if hit is LimitHit.CPU:
         return (

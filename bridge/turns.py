@@ -24,7 +24,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ from .progress import ProgressState, cost_text, summary
 from .reporter import ProgressReporter
 from .run_limits import hit_text
 from .runner import RunHandle, RunnerBackend, RunRequest, RunResult
-from .runner.base import PROMPT_EVENTS
+from .runner.base import LIMIT_HIT_FLAG, PROMPT_EVENTS
 from .runner.killer import AccountKillError, kill_accounts
 from .runner.procs import kill_all
 from .scheduler import Lease, RunScheduler, Wait, WaitReason
@@ -1542,6 +1542,8 @@ class Engine:
             attachments=tuple(attachments),
             kill_tag=self._kill_tag(msg.id),
         )
+        if run.stopped_by is not None:  # a /stop came before it began: nothing is started
+            return replace(_not_run("interrupted", "stopped before it started"), stopped=True)
         try:
             run.handle = await self.backend.start(request)
         except RunnerError as exc:
@@ -1658,7 +1660,7 @@ class Engine:
                     )
                 replies.append(self._reply(msg, f"artifact:{msg.id}:{i}", out))
         else:
-            text = _failure_text(result, run.stopped_by, run.limits)
+            text = _failure_text(result, run.stopped_by, run.limits, self._run_limits)
             if not bubble:
                 text += f"\n\n_{line}_"
             replies.append(self._reply(msg, f"error:{msg.id}", Outgoing(ReplyKind.ERROR, text)))
@@ -1799,7 +1801,10 @@ def _not_run(code: str, error: str) -> RunResult:
 
 
 def _failure_text(
-    result: RunResult, stopped_by: str | None, limits: RunLimits | None = None
+    result: RunResult,
+    stopped_by: str | None,
+    limits: RunLimits | None = None,
+    whole: RunLimits | None = None,
 ) -> str:
     if stopped_by is not None:
         return f"⏹️ Stopped by {stopped_by}."
@@ -1821,7 +1826,12 @@ def _failure_text(
         if lines:
             tail = mask("\n".join(lines))[-800:]  # masked whole, then cut
             text += f"\n\n```\n{tail}\n```"
-    hit = None if limits is None else hit_text(limits, result.exit_code, result.stderr_tail)
+    measured = result.flags.get(LIMIT_HIT_FLAG)
+    hit = (
+        None
+        if limits is None
+        else hit_text(limits, result.exit_code, result.stderr_tail, measured=measured, whole=whole)
+    )
     if hit is not None and not result.stopped and not result.timed_out:
         text += f"\n\n{hit} Ask an operator to raise it if the task needs more."
     # what a runner printed goes to the chat: a key it was given (runner.extra_env) must not

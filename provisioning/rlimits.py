@@ -16,9 +16,10 @@ and the run can only lower them. The limits are the kernel's per-process rlimits
   few seconds later) and ``RLIMIT_FSIZE`` (bytes of one file; SIGXFSZ or EFBIG) bound each
   process of the run. ``RLIMIT_CORE`` is 0: a crashing run writes no core into its home.
 
-A cgroup per run (``memory.max``, ``pids.max`` over the whole run) needs a cgroup v2 tree
-the host delegates to the gateway; rlimits work everywhere, as root and not. Under the
-systemd unit, ``TasksMax=`` and ``MemoryMax=`` bound the gateway and all its runs together.
+Where the host lets the gateway make cgroups, each run also gets one
+(:mod:`provisioning.cgroups`): memory and processes over the whole run. The rlimits work
+everywhere, as root and not. Under the systemd unit, ``TasksMax=`` and ``MemoryMax=``
+bound the gateway and all its runs together.
 """
 
 from __future__ import annotations

@@ -62,6 +62,10 @@ class RunResult:
     flags: dict[str, Any] = field(default_factory=dict)  # truncated, costCapped, ...
 
 
+# a failed run's flag: the limit its cgroup says it ran into ("memory", "processes")
+LIMIT_HIT_FLAG = "limitHit"
+
+
 def finalize(
     result: RunResult, *, timeout_s: float, timed_out: bool, stop_reason: str | None
 ) -> RunResult:

@@ -42,13 +42,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from provisioning import private_proc
+from provisioning.cgroups import CgroupError, CgroupTree, RunCgroup
 from provisioning.errors import ProvisioningError, RlimitsUnavailable
-from provisioning.sandbox import hide_from_own_account
+from provisioning.rlimits import RunLimits
+from provisioning.sandbox import RunIdentity, hide_from_own_account
 
 from ..errors import RunnerError
 from ..logs import mask
 from . import killer
 from .base import (
+    LIMIT_HIT_FLAG,
     PROMPT_EVENTS,
     RunHandle,
     RunnerBackend,
@@ -110,9 +113,16 @@ class CliRunner(RunnerBackend):
         private_proc: bool = False,
         argv_hidden: bool | None = None,
         default_provider: str | None = None,
+        cgroups: CgroupTree | None = None,
+        run_limits: RunLimits | None = None,
     ) -> None:
         if not command:
             raise RunnerError("runner.command is empty")
+        # a cgroup per run (provisioning/cgroups.py) where the host lets the gateway make
+        # them: ``run_limits``' memory and process counts over the whole run, not per
+        # process or per uid as the rlimits count them
+        self.cgroups = cgroups
+        self.run_limits = run_limits or RunLimits()
         self.command = list(command)
         self.kill_grace_s = kill_grace_s
         self.profile = profile
@@ -183,9 +193,33 @@ class CliRunner(RunnerBackend):
     async def start(self, request: RunRequest) -> RunHandle:
         tag = request.kill_tag or secrets.token_hex(12)
         try:
-            workdir = await asyncio.to_thread(request.identity.open_workdir)
+            workdir, cgroup = await asyncio.to_thread(self._prepare, request.identity, tag)
+        except CgroupError as exc:
+            raise RunnerError(f"cannot start the run in a cgroup of its own: {exc}") from exc
         except (ProvisioningError, OSError) as exc:
             raise RunnerError(f"cannot open the run's home {request.home.path}: {exc}") from exc
+        try:
+            return await self._spawn(request, tag, workdir, cgroup)
+        except BaseException:
+            if cgroup is not None:
+                await asyncio.to_thread(cgroup.close)
+            raise
+
+    def _prepare(self, identity: RunIdentity, tag: str) -> tuple[int, RunCgroup | None]:
+        """The run's working directory (a descriptor) and its cgroup. Blocking."""
+        cgroup = None
+        if self.cgroups is not None:
+            cgroup = self.cgroups.make(f"run-{tag}", self.run_limits)
+        try:
+            return identity.open_workdir(), cgroup
+        except BaseException:
+            if cgroup is not None:
+                cgroup.close()
+            raise
+
+    async def _spawn(
+        self, request: RunRequest, tag: str, workdir: int, cgroup: RunCgroup | None
+    ) -> RunHandle:
         mode = self.prompt_mode(request)
         # only a prompt on argv needs hiding: the rest of a command line names nobody
         identity = replace(request.identity, private_proc=mode == "argv" and self.private_proc)
@@ -200,6 +234,12 @@ class CliRunner(RunnerBackend):
                 # single account, no namespace: the uid sweep cannot find all of a run; the
                 # gateway's own Python may sit where its runs cannot reach (a root pyenv)
                 argv = wrap(argv, self.kill_grace_s, shared_interpreter())
+            if cgroup is not None and "user" in kwargs:
+                # the child switches uid before exec (no setpriv): it could not enter
+                await asyncio.to_thread(cgroup.close)
+                cgroup = None
+            if cgroup is not None:  # outermost: all of it is born in the cgroup
+                argv = cgroup.join(argv)
             proc = await start_process(argv, **kwargs)
         except (FileNotFoundError, PermissionError) as exc:
             raise RunnerError(
@@ -220,12 +260,15 @@ class CliRunner(RunnerBackend):
             private_proc=identity.private_proc,
             argv_hidden=self.argv_hidden,
             default_provider=self.default_provider,
+            cgroup=cgroup,
         )
         await handle.begin()
         return handle
 
     async def close(self) -> None:
         await self.sweeps.close()
+        if self.cgroups is not None:
+            await asyncio.to_thread(self.cgroups.close)
         await asyncio.to_thread(killer.close)  # its helper, if isolated runs started it
 
     def _check_command(self, path: str | None) -> None:
@@ -257,8 +300,11 @@ class CliRunHandle(RunHandle):
         private_proc: bool = False,
         argv_hidden: bool = False,
         default_provider: str | None = None,
+        cgroup: RunCgroup | None = None,
     ) -> None:
         self.proc = proc
+        self.cgroup = cgroup
+        self._limit_hit: str | None = None  # what the cgroup says the run ran into
         self.sweeps = sweeps
         self.request = request
         self.profile = profile
@@ -569,6 +615,10 @@ class CliRunHandle(RunHandle):
     async def _finish(self) -> None:
         try:
             await self._exited()
+            if self.cgroup is not None:  # all it started, whatever session or uid, at once
+                self._limit_hit, left = await asyncio.to_thread(self.cgroup.finish)
+                if left:
+                    log.info("run %s left %d process(es) in its cgroup: killed", self.tag, left)
             # The run is over: nothing it started may linger (children that called setsid).
             # The sweep runs beside reading the last output and recording the answer (it
             # also closes pipes a lingering child holds); settled() waits for it.
@@ -602,6 +652,8 @@ class CliRunHandle(RunHandle):
             garbage=self._garbage,
             provider=self._provider,
         )
+        if self._limit_hit is not None and not result.ok:
+            result = replace(result, flags={**result.flags, LIMIT_HIT_FLAG: self._limit_hit})
         if self._question and result.ok:
             result = replace(result, flags={**result.flags, "unasked_question": self._question})
         result = finalize(

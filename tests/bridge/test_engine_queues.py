@@ -172,7 +172,8 @@ async def test_stop_sent_while_the_run_waits_for_a_slot_stops_it_as_it_starts(
 ) -> None:
     """A message waits for the gateway's only run slot (it has left its queue, its run has
     not begun): a /stop then stops that run as it starts, instead of "Nothing is running"
-    and the run going ahead."""
+    and the run going ahead. Its runner is not started at all: started and then stopped, a
+    fast runner could answer first (under load it did)."""
     env["JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS"] = "1"
     async with running_gateway(env, {"plain": plain_surface.SPEC}) as (app, _):
         surface = plain_surface.INSTANCES[-1].surface
@@ -197,6 +198,7 @@ async def test_stop_sent_while_the_run_waits_for_a_slot_stops_it_as_it_starts(
             "b1's run stopped as it started",
         )
         assert not any(t.startswith("fake answer to: message b1") for t in surface.texts())
+        assert len(starts(fake_dir)) == 1  # b1's runner never started: nothing to race
 
 
 async def test_a_typed_secret_the_gateway_stopped_before_passing_on_is_not_run(

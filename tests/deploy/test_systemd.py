@@ -115,6 +115,7 @@ def test_the_unit_repairs_then_serves_as_root_with_the_hardening_provisioning_al
     # the gateway and its runs together are bounded (each run has rlimits of its own)
     assert int(one(svc, "TasksMax")) >= 4 * 512
     assert one(svc, "MemoryMax").endswith("%") and one(svc, "MemoryHigh").endswith("%")
+    assert set(one(svc, "Delegate").split()) == {"memory", "pids"}  # a cgroup per run
     assert not values(svc, "PrivateUsers") and not values(svc, "MemoryDenyWriteExecute")
     assert one(unit["Install"], "WantedBy") == "multi-user.target"
 

@@ -12,6 +12,9 @@ word:
   burn        spins on the CPU until the CPU limit kills it (SIGXCPU)
   hog         takes memory 64 MiB at a time until refused, then dies of it the way a
               runtime does: "out of memory" on stderr, exit code 1
+  herd N      starts N processes each holding 192 MiB at once (each far below a
+              per-process limit, together maybe not), answers once all held it; a helper
+              killed (the kernel's OOM killer) fails the run: exit code 1
   (other)     answers normally
 """
 
@@ -112,6 +115,41 @@ def hog() -> None:
     envelope(f"held {len(held) * CHUNK} bytes")
 
 
+HERD_BYTES = 192 * 1024 * 1024
+PAGE = 4096
+
+
+def herd(count: int) -> None:
+    ready_r, ready_w = os.pipe()
+    release_r, release_w = os.pipe()
+    kids = []
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            os.close(ready_r)
+            os.close(release_w)
+            held = bytearray(HERD_BYTES)
+            held[::PAGE] = b"\x01" * len(range(0, HERD_BYTES, PAGE))  # resident, not lazy
+            os.write(ready_w, b"1")
+            os.close(ready_w)  # so the parent sees the end once each wrote or died
+            os.read(release_r, 1)  # until the parent lets go
+            os._exit(0)
+        kids.append(pid)
+    os.close(ready_w)
+    os.close(release_r)
+    while os.read(ready_r, count):  # until each helper held its share, or died
+        pass
+    os.close(release_w)
+    killed = 0
+    for pid in kids:
+        _, status = os.waitpid(pid, 0)
+        killed += os.WIFSIGNALED(status)
+    if killed:
+        sys.stderr.write(f"fatal: {killed} helper process(es) killed\n")
+        sys.exit(1)
+    envelope(f"herd held {count * HERD_BYTES} bytes")
+
+
 def main() -> None:
     words = read_prompt().split()
     first = words[0] if words else ""
@@ -126,6 +164,8 @@ def main() -> None:
         burn()
     elif first == "hog":
         hog()
+    elif first == "herd":
+        herd(arg)
     else:
         envelope("greedy runner: " + " ".join(words))
 

@@ -4,9 +4,12 @@ A run had the gateway's own limits: ``ulimit -u`` ~96k, address space and file s
 unlimited, no CPU bound; one run started 1,500 processes. Now every run starts under
 ``limits.run_max_processes`` (per conversation account, isolated), ``run_max_memory_bytes``,
 ``run_max_cpu_s`` and ``run_max_file_bytes`` (each process), and a run killed by one is
-answered with which limit and the key that raises it. The real gateway in process, the web
-chat, a greedy runner (``greedy_runner.py``) as a real subprocess; isolated as root with
-throwaway accounts, and single-account (the non-root path's mode); every wait bounded.
+answered with which limit and the key that raises it. Where the host lets the gateway make
+cgroups (root here: cgroup v1; a delegated v2 elsewhere), each run also has one: its
+memory and processes are bounded over the whole run, single-account runs included. The
+real gateway in process, the web chat, a greedy runner (``greedy_runner.py``) as a real
+subprocess; isolated as root with throwaway accounts, and single-account (the non-root
+path's mode); every wait bounded.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 import pytest
 from accounts_support import remove_accounts
 from faults_support import Client, gateway_env, install_runner, running_gateway
+
+from provisioning.cgroups import find_tree
 
 pytestmark = pytest.mark.faults
 
@@ -38,6 +43,16 @@ def env(
     install_runner(e, fake_dir, "greedy_runner.py")
     yield e
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+@pytest.fixture
+def cgroups(tmp_path: Path) -> bool:
+    """Whether this host lets a gateway make a cgroup per run (as ``serve`` finds out)."""
+    tree = find_tree(tmp_path / "probe-root")
+    if tree is None:
+        return False
+    tree.close()
+    return True
 
 
 def isolated(env: dict[str, str]) -> bool:
@@ -68,11 +83,14 @@ async def test_a_run_starts_under_the_default_limits(env: dict[str, str]) -> Non
         assert found["processes"][0] != 512
 
 
-async def test_a_run_cannot_start_more_processes_than_its_cap(env: dict[str, str]) -> None:
+async def test_a_run_cannot_start_more_processes_than_its_cap(
+    env: dict[str, str], cgroups: bool
+) -> None:
     """A run forking 200 processes with run_max_processes 40 gets fewer than 40 (its own
-    process and its threads count); the gateway answers it and goes on."""
-    if not isolated(env):
-        pytest.skip("the process cap is per conversation account: isolated runs only")
+    process and its threads count); the gateway answers it and goes on. Single-account,
+    the cap is its cgroup's (the rlimit counts per uid, which every run shares there)."""
+    if not isolated(env) and not cgroups:
+        pytest.skip("single-account, the process cap needs a cgroup per run: none here")
     env["JAZZ_BRIDGE_LIMITS__RUN_MAX_PROCESSES"] = "40"
     async with running_gateway(env) as (_, client):
         reply = await answer(client, "fork", "processes 200")
@@ -111,6 +129,25 @@ async def test_a_run_out_of_memory_is_told_which_limit(env: dict[str, str]) -> N
     text = reply["text"]
     assert "likely ran out of memory" in text and "512 MiB" in text, text
     assert "`limits.run_max_memory_bytes`" in text, text
+
+
+async def test_a_run_holding_more_memory_together_than_its_limit_is_told_so(
+    env: dict[str, str], cgroups: bool
+) -> None:
+    """Four processes of 192 MiB each are each far below a 512 MiB per-process limit: only
+    a cgroup bounds them together. The kernel kills one, and the reply says the run ran out
+    of memory, how much it may use together and the key that raises it."""
+    if not cgroups:
+        pytest.skip("a whole run's memory is bounded by its cgroup: this host lets make none")
+    env["JAZZ_BRIDGE_LIMITS__RUN_MAX_MEMORY_BYTES"] = str(512 * 1024 * 1024)
+    async with running_gateway(env) as (_, client):
+        reply = await answer(client, "herd", "herd 4")
+        assert reply["role"] == "error", reply
+        text = reply["text"]
+        assert "ran out of memory: together its processes may use at most 512 MiB" in text
+        assert "`limits.run_max_memory_bytes`" in text, text
+        within = await answer(client, "small-herd", "herd 2")  # 384 MiB together: fine
+        assert within["role"] == "assistant" and "herd held" in within["text"], within
 
 
 async def test_limits_set_to_zero_leave_a_run_the_gateways_own(env: dict[str, str]) -> None:
