@@ -7,6 +7,8 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -169,6 +171,19 @@ def gateway_env(
     }
     env.update(extra)
     return env
+
+
+def run_cli(
+    env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``jazz-bridge ARGS`` as an operator runs it, with the gateway's environment (bounded)."""
+    return subprocess.run(
+        [sys.executable, "-m", "bridge.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env},
+    )
 
 
 class Client:

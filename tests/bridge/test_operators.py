@@ -7,13 +7,12 @@ import json
 import os
 import pwd
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from accounts_support import needs_root, remove_accounts
-from gateway_harness import gateway_env, released_cli, running_gateway
+from gateway_harness import gateway_env, released_cli, run_cli, running_gateway
 
 from bridge.model import Inbound, InboxState
 from bridge.operators import LIST_COLUMNS, Operators, key_from_link, parse_since
@@ -31,14 +30,7 @@ def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bridge.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **env},
-    )
+cli = run_cli
 
 
 def test_links_resolve_to_thread_key_patterns() -> None:

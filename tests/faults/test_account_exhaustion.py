@@ -15,15 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from accounts_support import needs_root, remove_accounts
 from faults_support import gateway_env, running_gateway, wait_until
+from gateway_harness import run_cli
 from plain_surface import INSTANCES, SPEC  # tests/bridge, on the path by faults_support
 
 from bridge.model import Inbound
@@ -62,13 +60,7 @@ async def test_a_filling_uid_range_is_warned_of_in_the_log_metrics_and_doctor(
             metrics = await resp.text()
         assert gauge(metrics, "jazz_bridge_accounts_used") == 4
         assert gauge(metrics, "jazz_bridge_accounts_capacity") == RANGE_SIZE
-    doctor = subprocess.run(
-        [sys.executable, "-m", "bridge.cli", "doctor"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **env},
-    )
+    doctor = run_cli(env, "doctor")
     (line,) = [ln for ln in doctor.stdout.splitlines() if "uid range" in ln]
     assert line.startswith("WARN") and "4 of 5 held by conversations (80%)" in line, line
 
@@ -119,16 +111,6 @@ async def test_new_conversations_are_limited_per_person_and_per_team(
     assert len(made) == 4, made  # the refused got no account
 
 
-def _cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bridge.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **env},
-    )
-
-
 async def test_an_archived_conversation_gives_its_account_to_the_next_one(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -144,7 +126,7 @@ async def test_an_archived_conversation_gives_its_account_to_the_next_one(
         old = json.loads(accounts.read_text())["accounts"]
         (old_home,) = [h for h, e in old.items() if e["threadKey"] == "web:old"]
         old_uid = old[old_home]["uid"]
-        archived = await asyncio.to_thread(_cli, env, "homes", "archive", "web:old")
+        archived = await asyncio.to_thread(run_cli, env, "homes", "archive", "web:old")
         assert archived.returncode == 0, archived.stderr
         doc = json.loads(accounts.read_text())
         assert old_home not in doc["accounts"] and doc["archived"][old_home]["uid"] == old_uid
