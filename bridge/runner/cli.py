@@ -208,7 +208,10 @@ class CliRunner(RunnerBackend):
     def _prepare(self, identity: RunIdentity, tag: str) -> tuple[int, RunCgroup | None]:
         """The run's working directory (a descriptor) and its cgroup. Blocking."""
         cgroup = None
-        if self.cgroups is not None:
+        # the child enters its cgroup before its identity switch; a switch done by Popen
+        # itself (no setpriv) comes before exec, and the child could no longer enter
+        enters = identity.uid is None or identity.setpriv is not None
+        if self.cgroups is not None and enters:
             cgroup = self.cgroups.make(f"run-{tag}", self.run_limits)
         try:
             return identity.open_workdir(), cgroup
@@ -234,10 +237,6 @@ class CliRunner(RunnerBackend):
                 # single account, no namespace: the uid sweep cannot find all of a run; the
                 # gateway's own Python may sit where its runs cannot reach (a root pyenv)
                 argv = wrap(argv, self.kill_grace_s, shared_interpreter())
-            if cgroup is not None and "user" in kwargs:
-                # the child switches uid before exec (no setpriv): it could not enter
-                await asyncio.to_thread(cgroup.close)
-                cgroup = None
             if cgroup is not None:  # outermost: all of it is born in the cgroup
                 argv = cgroup.join(argv)
             proc = await start_process(argv, **kwargs)
