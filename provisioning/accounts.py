@@ -32,6 +32,13 @@ Handing uids out, the rule:
   the uid or its group. When that fails the uid is passed over and stays freed. Given back to
   its own last holder, only the processes are killed and checked (a process made from a
   setuid file meanwhile would act as the conversation).
+
+The files are deleted when the uid is freed, by the reclaim itself (under the map's lock,
+once the account is gone and its processes killed, so no allocation can hand the uid out
+meanwhile), and the uid's ``freedUids`` record says so (``clearedAt``). The walk of ``/tmp``
+costs time in proportion to what is there (seconds on a busy host), and a new conversation
+would otherwise wait for it at its first message. A uid freed another way (a crash before
+the clearing, a rebuilt map, a clearing that failed) is walked at its allocation as before.
 """
 
 from __future__ import annotations
@@ -509,32 +516,24 @@ class AccountRegistry:
         not (logged), and another uid is taken."""
         record = self._freed.get(uid, {})
         gid = int(record.get("gid", uid))
-        problems = ""
-        if record.get("home") != home:
-            report = leftovers.clear_files(uid, gid)
-            if report.removed or report.given_away or report.ipc_removed:
-                log.warning(
-                    "uid %d (last home %s) left %d entries and %d IPC objects outside its home: "
-                    "deleted (%d given to root) before the uid goes to home %s",
-                    uid,
-                    record.get("home", "?"),
-                    report.removed,
-                    report.ipc_removed,
-                    report.given_away,
-                    home,
-                )
+        # a process of the uid now (made from a setuid file since, say) is killed before the
+        # walk, so it writes nothing after it; and it may have left new files since the
+        # uid's clearing (clearedAt): then the walk again
+        running = leftovers.processes_of(uid, gid)
+        problems = self._kill_uid(uid) if running else ""
+        if not problems and record.get("home") != home:
+            if record.get("clearedAt") and not running:
+                report = leftovers.clear_ipc(uid, gid)  # costs nothing
+            else:
+                report = self._walk_leftovers(uid, gid, str(record.get("home", "?")), home)
             if not report.ok:
                 problems = report.problems()
         if not problems:
-            try:
-                if self._kill is not None:
-                    self._kill([uid])
-            except OSError as exc:
-                problems = str(exc)
-            else:
-                pids = leftovers.processes_of(uid, gid)
-                if pids:
-                    problems = f"processes {pids[:5]} still run with uid or gid {uid}"
+            problems = self._kill_uid(uid)
+        if not problems:
+            pids = leftovers.processes_of(uid, gid)
+            if pids:
+                problems = f"processes {pids[:5]} still run with uid or gid {uid}"
         if problems:
             log.warning(
                 "freed uid %d is not handed to home %s: %s; another uid is taken (the uid is "
@@ -545,6 +544,17 @@ class AccountRegistry:
             )
             return False
         return True
+
+    def _kill_uid(self, uid: int) -> str:
+        """Kill every process of ``uid`` with the bridge's killer (none without one); what
+        went wrong, or ""."""
+        if self._kill is None:
+            return ""
+        try:
+            self._kill([uid])
+        except OSError as exc:
+            return str(exc)
+        return ""
 
     def _taken_names(self) -> set[str]:
         return {str(e["name"]) for e in self._accounts.values()}
@@ -675,10 +685,51 @@ class AccountRegistry:
                 self._freed[account.uid] = {"home": home, "gid": account.gid, "freedAt": _now()}
             self._save()
             self._delete_account(home, account)
+            self._clear_freed(account.uid, home)
         log.info(
             "reclaimed account %s (uid %d) of archived home %s", account.name, account.uid, home
         )
         return account
+
+    def _clear_freed(self, uid: int, home: str) -> None:
+        """Delete what just-freed ``uid`` left outside ``home`` now, and note it in its
+        ``freedUids`` record (see the module docstring). Under the map's lock, the account
+        deleted. A clearing that fails is logged; the uid's allocation walks again."""
+        record = self._freed.get(uid)
+        if record is None:
+            return  # another account's uid now: not ours to clear
+        report = self._walk_leftovers(uid, int(record.get("gid", uid)), home, None)
+        if not report.ok:
+            log.warning(
+                "what freed uid %d (last home %s) left outside its home could not all be "
+                "deleted: %s; it is tried again before the uid serves another conversation",
+                uid,
+                home,
+                report.problems(),
+            )
+            return
+        record["clearedAt"] = _now()
+        self._save()
+
+    def _walk_leftovers(
+        self, uid: int, gid: int, last_home: str, next_home: str | None
+    ) -> leftovers.LeftoverReport:
+        """:func:`leftovers.clear_files` for ``uid``, logged when it found anything."""
+        started = time.monotonic()
+        report = leftovers.clear_files(uid, gid)
+        if report.removed or report.given_away or report.ipc_removed:
+            log.warning(
+                "uid %d (last home %s) left %d entries and %d IPC objects outside its home: "
+                "deleted (%d given to root) in %.1f s, %s",
+                uid,
+                last_home,
+                report.removed,
+                report.ipc_removed,
+                report.given_away,
+                time.monotonic() - started,
+                f"before the uid goes to home {next_home}" if next_home else "as it was freed",
+            )
+        return report
 
     def finish_reclaims(self) -> list[Account]:
         """Delete the accounts the map says are archived that still exist (a crash, or a
@@ -702,6 +753,8 @@ class AccountRegistry:
                 except AccountError as exc:
                     log.error("%s", exc)
                     continue
+                if self._freed.get(account.uid, {}).get("home") == home:
+                    self._clear_freed(account.uid, home)
                 done.append(account)
         for account in done:
             log.warning(

@@ -5,7 +5,8 @@ uid may later be another conversation's. The kernel knows owners by number only,
 anything the old account left outside its home would be the new one's: a file in
 ``/tmp`` with its notes, a setuid copy of a shell (run by any other account, it is a
 process of that uid), a shared-memory segment. Its home went into the tarball; these did
-not. Before a freed uid is handed to another conversation:
+not. When a uid is freed (the account deleted, its processes killed), and again before a
+freed uid is handed to another conversation if that first clearing did not happen or fail:
 
 * every file, link, FIFO or socket the uid owns in the world-writable places
   (:data:`PLACES`: ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/dev/mqueue``) is deleted, a
@@ -186,6 +187,13 @@ def clear_files(uid: int, gid: int, places: tuple[Path, ...] = PLACES) -> Leftov
             _ClearWalk(report, uid, gid, os.fstat(fd).st_dev).run(fd, str(place))
         finally:
             os.close(fd)
+    _clear_ipc(uid, gid, report)
+    return report
+
+
+def clear_ipc(uid: int, gid: int) -> LeftoverReport:
+    """Remove the System V IPC objects of ``uid`` or ``gid`` only (no walk). Blocking."""
+    report = LeftoverReport(uid)
     _clear_ipc(uid, gid, report)
     return report
 
