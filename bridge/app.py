@@ -32,21 +32,21 @@ from provisioning.private_proc import proc_hides_other_uids
 from provisioning.repair import repair
 from provisioning.sandbox import private_proc_unavailable, resolve_isolation
 
-from . import rules, run_limits
+from . import rules
 from .config import CoreSettings
-from .connections import PeerConnections, PeerLimitedSite
+from .engine import Engine, run_limits
 from .errors import AdapterError, BridgeError, ConfigError
+from .http.connections import PeerConnections, PeerLimitedSite
+from .http.ops import add_ops_routes
+from .http.server import build_app, make_runner
 from .metrics import Metrics
 from .operators import OPS_SIZE_TTL_S, Operators
-from .ops import add_ops_routes
 from .ports import Adapter, AdapterContext, AdapterSpec
 from .retention import Sweeper
 from .runner import CliRunner, RunnerBackend, default_command
 from .runner.dialect import runner_profile, template_provider
 from .runner.killer import kill_accounts
-from .server import build_app, make_runner
 from .store import SqliteStore, Store
-from .turns import Engine
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +263,9 @@ class GatewayApp:
             max_buffered_bytes=self.settings.server.max_buffered_bytes,
             max_requests_per_peer=self.settings.server.max_requests_per_peer,
             before_scrape=self.engine.count_accounts,
+            route_platforms=[
+                (spec.route_prefix, spec.name) for spec in self.specs.values() if spec.route_prefix
+            ],
         )
         for adapter in self.adapters:
             adapter.add_routes(self.web_app)

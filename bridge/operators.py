@@ -13,11 +13,12 @@ import os
 import re
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlparse
 
 from provisioning.accounts import AccountRegistry
 from provisioning.archive import SUFFIX as ARCHIVE_SUFFIX
@@ -31,9 +32,11 @@ from provisioning.errors import ProvisioningError
 from provisioning.layout import CHATS_DIR, Layout, RootInfo
 from provisioning.reclaim import archive_and_reclaim
 
+from .engine.progress import cost_text
 from .errors import BridgeError
 from .model import InboxState
-from .progress import cost_text
+from .plugins import load_specs
+from .ports import LinkPatterns, LinkReader
 from .store import ConversationRecord, Store
 
 RUN_SCAN_LIMIT = 100_000
@@ -114,95 +117,38 @@ def parse_since(value: str) -> float:
     return parsed.timestamp()
 
 
-SLACK_PERMALINK = re.compile(r"^/archives/([A-Z0-9]+)/p(\d{10})(\d{6})")
-# Slack's web client: /client/<team>/<channel>, or a thread: .../thread/<channel>-<ts>
-SLACK_CLIENT = re.compile(r"^/client/[A-Z0-9]+/([A-Z0-9]+)(?:/thread/[A-Z0-9]+-(\d{10}\.\d{6}))?")
-TELEGRAM_HOSTS = ("t.me", "telegram.me")
-# a link pasted without its scheme (https:// is added to read it)
-SCHEMELESS_LINK = re.compile(r"^(?:www\.)?(?:t\.me|telegram\.me|[a-z0-9.-]*slack\.com)/", re.I)
+def installed_links() -> tuple[LinkReader, ...]:
+    """The link readers of every adapter installed (their specs' ``links``)."""
+    return tuple(spec.links for spec in load_specs().values() if spec.links is not None)
 
 
-@dataclass(frozen=True)
-class LinkPatterns:
-    """The thread key patterns a link gives, tried in order (see :func:`key_from_link`).
-
-    ``first``: tried before ``patterns``: a Telegram link to message N of a chat may be the
-    link of forum topic N (a topic's id is the id of the message that opened it).
-    """
-
-    platform: str
-    patterns: tuple[str, ...]
-    first: tuple[str, ...] = ()
+def link_patterns(link: str, readers: Iterable[LinkReader]) -> LinkPatterns | None:
+    """The patterns a link to a platform's message gives (the reader of its host's
+    platform says), or None when it is no such link."""
+    url = urlparse(link.strip())
+    host = url.hostname or ""
+    reader = next((r for r in readers if r.reads(host)), None)
+    return None if reader is None else reader.patterns(url.path, url.query)
 
 
-def key_from_link(link: str) -> tuple[str, tuple[str, ...]] | None:
-    """(platform, patterns) for a Slack permalink or a Telegram t.me message link.
+def key_from_link(
+    link: str, readers: Iterable[LinkReader] | None = None
+) -> tuple[str, tuple[str, ...]] | None:
+    """(platform, patterns) for a link to a message (a Slack permalink, a Telegram t.me
+    link: whatever the installed adapters read; ``readers``: those, by default).
 
     Each pattern is a thread key with ``*`` for the parts a link does not carry; they are
     tried in order (the most precise first), and a pattern counts only when it matches one
     conversation. :meth:`Operators.find` also tries :attr:`LinkPatterns.first` before them.
     """
-    parsed = link_patterns(link)
+    parsed = link_patterns(link, installed_links() if readers is None else readers)
     return None if parsed is None else (parsed.platform, parsed.patterns)
 
 
-def link_patterns(link: str) -> LinkPatterns | None:
-    """What :func:`key_from_link` says, with the patterns tried before those."""
-    url = urlparse(link.strip())
-    host = (url.hostname or "").lower()
-    if host == "slack.com" or host.endswith(".slack.com"):
-        return _slack_patterns(url.path, url.query)
-    if host in TELEGRAM_HOSTS or host in {f"www.{h}" for h in TELEGRAM_HOSTS}:
-        return _telegram_patterns(url.path, url.query)
-    return None
-
-
-def _slack_patterns(path: str, query: str) -> LinkPatterns | None:
-    permalink = SLACK_PERMALINK.match(path)
-    if permalink:
-        channel, ts = permalink.group(1), f"{permalink.group(2)}.{permalink.group(3)}"
-        thread: str | None = parse_qs(query).get("thread_ts", [ts])[0]
-    else:
-        client = SLACK_CLIENT.match(path)
-        if not client:
-            return None
-        channel, thread = client.group(1), client.group(2)
-    patterns = [f"slack:*:{channel}:{thread}"] if thread else []
-    if channel.startswith("D"):  # a DM's own conversation has no thread in its key
-        patterns.append(f"slack:*:{channel}")
-    if not thread:  # a channel, no thread: its one conversation, if it has only one
-        patterns.append(f"slack:*:{channel}:*")
-    return LinkPatterns("slack", tuple(patterns))
-
-
-def _telegram_patterns(path: str, query: str) -> LinkPatterns | None:
-    parts = [p for p in path.split("/") if p]
-    topic = parse_qs(query).get("thread", [""])[0]
-    if len(parts) >= 3 and parts[0] == "c" and parts[1].isdigit():
-        chat = f"-100{parts[1]}"
-        if len(parts) >= 4:  # /c/<chat>/<topic>/<message>
-            return LinkPatterns("telegram", (f"telegram:{chat}:{parts[2]}",))
-        if topic.isdigit():  # /c/<chat>/<message>?thread=<topic>
-            return LinkPatterns("telegram", (f"telegram:{chat}:{topic}", f"telegram:{chat}"))
-        # /c/<chat>/<message>: the topic it opened, else the chat's own conversation, else
-        # its one topic
-        return LinkPatterns(
-            "telegram",
-            (f"telegram:{chat}", f"telegram:{chat}:*"),
-            first=(f"telegram:{chat}:{parts[2]}",),
-        )
-    if len(parts) >= 2:  # a public chat's link: its @username, not its id (_username_key)
-        chat = f"@{parts[0].lower()}"
-        if len(parts) >= 3:  # /<name>/<topic>/<message>
-            return LinkPatterns("telegram", (f"telegram:{chat}:{parts[1]}",))
-        if topic.isdigit():
-            return LinkPatterns("telegram", (f"telegram:{chat}:{topic}", f"telegram:{chat}"))
-        return LinkPatterns(
-            "telegram",
-            (f"telegram:{chat}", f"telegram:{chat}:*"),
-            first=(f"telegram:{chat}:{parts[1]}",),
-        )
-    return None
+def _schemeless(ref: str, readers: Iterable[LinkReader]) -> bool:
+    """Whether ``ref`` is a link pasted without its scheme (``t.me/...``)."""
+    host, sep, _ = ref.strip().partition("/")
+    return bool(sep) and "." in host and any(r.reads(host) for r in readers)
 
 
 def _matches(pattern: str, key: str) -> bool:
@@ -210,43 +156,23 @@ def _matches(pattern: str, key: str) -> bool:
     return re.match(regex, key) is not None
 
 
-def _moved_key(conv: ConversationRecord) -> str | None:
-    """A Telegram group upgraded to a supergroup keeps the conversation keyed on its first
-    chat id, while its messages (and so its links) carry the new one: the key it would
-    have under the chat id of its latest message, when that differs."""
-    if conv.platform != "telegram":
-        return None
-    chat = conv.target.get("chat_id")
-    if not isinstance(chat, int):
-        return None
-    _platform, _, rest = conv.thread_key.partition(":")
-    first, sep, topic = rest.partition(":")
-    if first == str(chat):
-        return None
-    return f"telegram:{chat}{sep}{topic}"
-
-
-def _username_key(conv: ConversationRecord) -> str | None:
-    """A public Telegram chat's links name it by its @username, not its id: the key the
-    conversation has under the username its latest message came with."""
-    if conv.platform != "telegram":
-        return None
-    name = conv.target.get("chat_username")
-    if not isinstance(name, str) or not name:
-        return None
-    _platform, _, rest = conv.thread_key.partition(":")
-    _first, sep, topic = rest.partition(":")
-    return f"telegram:@{name}{sep}{topic}"
-
-
-def _by_pattern(pattern: str, conversations: list[ConversationRecord]) -> list[ConversationRecord]:
-    """The conversations ``pattern`` matches: by their own key, else by a moved chat's, else
-    by a public chat's @username."""
+def _by_pattern(
+    pattern: str, conversations: list[ConversationRecord], reader: LinkReader, platform: str
+) -> list[ConversationRecord]:
+    """The conversations ``pattern`` matches: by their own key, else by each kind of alias
+    the platform gives them in turn (a moved chat's key, a public chat's @username)."""
     own = [c for c in conversations if _matches(pattern, c.thread_key)]
-    if own:
+    if own or reader.aliases is None:
         return own
-    for alias in (_moved_key, _username_key):
-        found = [c for c in conversations if (k := alias(c)) is not None and _matches(pattern, k)]
+    known = [
+        (c, reader.aliases(c.thread_key, c.target)) for c in conversations if c.platform == platform
+    ]
+    for kind in range(max((len(a) for _, a in known), default=0)):
+        found = [
+            c
+            for c, keys in known
+            if kind < len(keys) and (k := keys[kind]) is not None and _matches(pattern, k)
+        ]
         if found:
             return found
     return []
@@ -285,6 +211,8 @@ class Operators:
     size_ttl_s: float = 0.0
     # Isolated: the root's accounts; an archived home's account is given back (reclaim.py)
     accounts: AccountRegistry | None = None
+    # How links name conversations: the installed adapters' readers when None
+    links: tuple[LinkReader, ...] | None = None
     _sizes: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
 
     async def find(self, ref: str) -> ConversationRecord | None:
@@ -296,12 +224,14 @@ class Operators:
         by_key = {c.thread_key: c for c in conversations}
         if ref in by_key:
             return by_key[ref]
-        if "://" not in ref and SCHEMELESS_LINK.match(ref.strip()):
+        readers = self.links if self.links is not None else installed_links()
+        if "://" not in ref and _schemeless(ref, readers):
             ref = "https://" + ref.strip()
-        link = link_patterns(ref) if "://" in ref else None
+        link = link_patterns(ref, readers) if "://" in ref else None
         if link is not None:
+            reader = next(r for r in readers if r.reads(urlparse(ref.strip()).hostname or ""))
             for pattern in link.first + link.patterns:
-                hits = _by_pattern(pattern, conversations)
+                hits = _by_pattern(pattern, conversations, reader, link.platform)
                 if len(hits) > 1:
                     raise AmbiguousLink(ref, [c.thread_key for c in hits])
                 if hits:

@@ -11,7 +11,7 @@ point group, each an :class:`AdapterSpec`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -40,6 +40,10 @@ class Capabilities:
     # can tell whether a reply already landed (its surface implements ConfirmsDelivery):
     # a reply that may have been in flight (at a crash, before a retry) is looked up first
     confirm_delivery: bool = False
+    # what the platform's people start a command with: Slack keeps a message starting with
+    # "/" for its own slash commands (its client refuses "/new" in a thread), so its adapter
+    # takes "!new" for "/new"; the help names the commands in this form
+    command_sigil: str = "/"
 
 
 class DeliveryError(BridgeError):
@@ -218,6 +222,44 @@ class DoctorCheck:
 
 
 @dataclass(frozen=True)
+class LinkPatterns:
+    """The thread key patterns a link to a message gives, tried in order.
+
+    Each pattern is a thread key with ``*`` for the parts a link does not carry, the most
+    precise first; a pattern counts only when it matches one conversation. ``first``: tried
+    before ``patterns`` (a Telegram link to message N of a chat may be the link of forum
+    topic N: a topic's id is the id of the message that opened it).
+    """
+
+    platform: str
+    patterns: tuple[str, ...]
+    first: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LinkReader:
+    """How an operator's link to one of a platform's messages names its conversation
+    (``jazz-bridge homes show <link>``, the /ops search): the platform's knowledge, given to
+    the core by its :class:`AdapterSpec`."""
+
+    # the link's host is one of these, or (for a name starting with ".") a subdomain of it
+    hosts: tuple[str, ...]
+    # (the link's path, its query) -> the patterns it gives, or None: not a message link
+    patterns: Callable[[str, str], LinkPatterns | None]
+    # Other keys a conversation is known by in links, given its thread key and its reply
+    # target (a Telegram chat moved to a supergroup, or linked by its @username): each
+    # position is one kind of alias (None: the conversation has none of that kind); a link is
+    # tried against every conversation's first kind, then the second...
+    aliases: Callable[[str, Mapping[str, Any]], tuple[str | None, ...]] | None = None
+
+    def reads(self, host: str) -> bool:
+        host = host.lower()
+        return any(
+            host == h.lstrip(".") or (h.startswith(".") and host.endswith(h)) for h in self.hosts
+        )
+
+
+@dataclass(frozen=True)
 class AdapterSpec:
     """How the core finds an adapter: declared as an entry point in ``jazz_bridge.adapters``."""
 
@@ -241,6 +283,11 @@ class AdapterSpec:
     # the adapter is not enabled; serve logs each line at start, ``config check`` and
     # ``doctor`` show it, none of them refuses for it (:func:`bridge.rules.warnings`).
     dormant: Callable[[Any], list[str]] | None = None
+    # The URL prefix every route of the adapter is under ("/slack/"): a request refused
+    # there (too big, too many at once) is counted under the adapter's name in /metrics.
+    route_prefix: str | None = None
+    # How links to its messages name its conversations (operators paste them)
+    links: LinkReader | None = None
 
 
 def changed_keys(section: BaseModel) -> list[str]:

@@ -282,6 +282,8 @@ class TreeWalk:
             return None
         try:
             fd = os.open(name, _DIR_OPEN, dir_fd=parent.fd)
+        except FileNotFoundError:
+            return None  # removed since it was listed (a /tmp cleaned meanwhile): nothing to do
         except OSError as exc:
             if exc.errno in _SWAPPED:
                 report.skipped += 1  # swapped for a link or a file since it was listed

@@ -36,10 +36,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bridge import rules
 from bridge.errors import AdapterError
+from bridge.http.server import gate_bodies
 from bridge.model import Attachment, Inbound, Outgoing, ReplyTarget
-from bridge.ports import AdapterContext, DeliveryError, PressStatus, SubmitStatus
-from bridge.prompts import issued
-from bridge.server import gate_bodies
+from bridge.ports import AdapterContext, DeliveryError, SubmitStatus
+from bridge.presses import NOT_ALLOWED_TEXT, PRESS_FAILED_TEXT, MessageChange, press_plan
 from bridge.store import StoreError, StoreFull
 
 from . import guard
@@ -69,10 +69,8 @@ SLASH_HELP = (
     "`/jazz help` shows this."
 )
 # said only to the person (an ephemeral message, a command's ack), as Telegram's alert says it
-NOT_ALLOWED_TEXT = "You are not allowed to use this bot."
 NOT_STORED_FULL = "The gateway's disk is full: this was NOT stored or done; send it again later."
 NOT_STORED = "The gateway cannot store this right now: it was NOT done; send it again."
-PRESS_FAILED_TEXT = "Something went wrong; please try again."  # a press the core could not take
 
 
 @dataclass(frozen=True)
@@ -591,14 +589,16 @@ class SlackAdapter:
             log.exception("slack: a press by %s in %s failed", user, channel)
             failed = _ephemeral(channel, user, PRESS_FAILED_TEXT, thread_ts)
             return PressAnswer(target, ephemeral=failed)
-        answered = result.status is PressStatus.OK
-        stale = result.status is PressStatus.EXPIRED and issued(value)
+        plan = press_plan(value, result)
+        stale = plan.change is MessageChange.SETTLE
         ref = resolved = None
-        if (answered or stale) and result.resolved is not None and message_ts:
-            ref, resolved = f"{channel}:{message_ts}", result.resolved
+        # a message is edited with its new text or not at all (chat.update wants one), so a
+        # plan to drop its buttons only leaves it be
+        if plan.change in (MessageChange.EDIT, MessageChange.SETTLE) and message_ts:
+            ref, resolved = f"{channel}:{message_ts}", plan.resolved
         ephemeral: dict[str, Any] | None = None
-        if result.text and not (answered and resolved is not None):  # an edit says it all
-            ephemeral = _ephemeral(channel, user, result.text, thread_ts)
+        if plan.text and not (plan.edited and ref is not None):  # an edit says it all
+            ephemeral = _ephemeral(channel, user, plan.text, thread_ts)
         if ref is None and ephemeral is None:
             return None
         return PressAnswer(target, ref, resolved, stale, ephemeral)

@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from bridge.config import CoreSettings, HttpUrl
 from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck, changed_keys
 
+from .links import LINKS
+
 # What the Slack app must subscribe to and be granted (deploy/slack/manifest*.yaml are
 # checked against these by a test): the events the adapter turns into messages, and one
 # scope per thing it does.
@@ -114,6 +116,8 @@ def dormant(settings: Any) -> list[str]:
 
 SPEC = AdapterSpec(
     name="slack",
+    route_prefix="/slack/",
+    links=LINKS,
     section="slack",
     settings_model=SlackSettings,
     factory=_factory,

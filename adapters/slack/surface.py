@@ -423,6 +423,7 @@ class SlackSurface:
         max_length=12_000,
         edit_interval_s=3.0,  # chat.update is ~50 a minute per workspace (Tier 3)
         confirm_delivery=True,
+        command_sigil="!",  # Slack keeps "/" for its slash commands (the adapter maps "!")
     )
 
     def __init__(

@@ -28,10 +28,16 @@ from telegram.warnings import PTBUserWarning
 
 from bridge import rules
 from bridge.errors import AdapterError
+from bridge.http.server import gate_bodies
 from bridge.model import Inbound, Outgoing, ReplyKind, ReplyTarget
-from bridge.ports import AdapterContext, DeliveryError, PressResult, PressStatus, SubmitStatus
-from bridge.prompts import issued
-from bridge.server import gate_bodies
+from bridge.ports import AdapterContext, DeliveryError, SubmitStatus
+from bridge.presses import (
+    NOT_ALLOWED_TEXT,
+    PRESS_FAILED_TEXT,
+    MessageChange,
+    PressPlan,
+    press_plan,
+)
 from bridge.store import StoreError
 
 from . import convert, guard
@@ -371,7 +377,7 @@ class TelegramAdapter:
         message = query.message
         chat = message.chat if message is not None else None
         text, alert = "", False
-        pressed: tuple[Message, str, PressResult] | None = None
+        pressed: tuple[Message, PressPlan] | None = None
         try:
             if not self.rules.user_allowed(
                 user,
@@ -380,7 +386,7 @@ class TelegramAdapter:
                 self._keyed_on(chat.id) if chat else None,
             ):
                 self.ctx.metrics.messages.labels("telegram", "denied").inc()
-                text, alert = "You are not allowed to use this bot.", True
+                text, alert = NOT_ALLOWED_TEXT, True
             elif query.data:
                 result = await self.ctx.gateway.press(
                     query.data,
@@ -388,13 +394,13 @@ class TelegramAdapter:
                     is_operator=self.rules.is_operator(user),
                     actor_name=convert.display_name(user),
                 )
-                text = result.text
-                alert = result.status in (PressStatus.NOT_YOURS, PressStatus.EXPIRED)
+                plan = press_plan(query.data, result)
+                text, alert = plan.text, plan.refused  # always answered: the button spins
                 if isinstance(message, Message):
-                    pressed = (message, query.data, result)
+                    pressed = (message, plan)
         except Exception:
             log.exception("telegram: callback query %s failed", query.id)
-            text, alert = "Something went wrong; please try again.", True
+            text, alert = PRESS_FAILED_TEXT, True
         finally:
             try:  # every callback query is answered, or the button spins
                 await self.bot.answer_callback_query(
@@ -438,29 +444,22 @@ class TelegramAdapter:
                 exc,
             )
 
-    async def _settle_press(
-        self, query_id: str, message: Message, data: str, result: PressResult
-    ) -> None:
+    async def _settle_press(self, query_id: str, message: Message, plan: PressPlan) -> None:
         try:
-            await self._settle(message, data, result.status, result.resolved)
+            await self._settle(message, plan)
         except Exception:  # the press is handled and answered; only its message is stale
             log.exception("telegram: could not update the message of press %s", query_id)
 
-    async def _settle(
-        self, message: Message, data: str, status: PressStatus, resolved: Any
-    ) -> None:
-        """The pressed message as the press left it. A button of a run that is over (a
-        bubble whose id the gateway never learnt, a prompt nobody can answer now) loses its
-        buttons and says so; only messages with a button of the gateway's own are touched."""
+    async def _settle(self, message: Message, plan: PressPlan) -> None:
+        """The pressed message as the press left it (:func:`bridge.presses.press_plan`)."""
         chat, message_id = message.chat.id, message.message_id
         try:
-            if status is PressStatus.OK and resolved is not None:
-                await self.surface.edit_message(chat, message_id, resolved)
-            elif status is PressStatus.EXPIRED and issued(data):
-                if resolved is not None:
-                    await self.surface.settle_message(chat, message_id, resolved)
-                else:
-                    await self.surface.remove_keyboard(chat, message_id)
+            if plan.change is MessageChange.EDIT and plan.resolved is not None:
+                await self.surface.edit_message(chat, message_id, plan.resolved)
+            elif plan.change is MessageChange.SETTLE and plan.resolved is not None:
+                await self.surface.settle_message(chat, message_id, plan.resolved)
+            elif plan.change is MessageChange.DROP_BUTTONS:
+                await self.surface.remove_keyboard(chat, message_id)
         except DeliveryError as exc:
             log.info("telegram: could not update the prompt message: %s", exc)
 

@@ -33,7 +33,7 @@ import pyromark
 import telegramify_markdown
 from telegram import Message, MessageEntity, PhotoSize, User
 
-from bridge.commands import parse_command
+from bridge.engine.commands import parse_command
 from bridge.markdown import code_span
 from bridge.model import Attachment, Inbound
 

@@ -10,6 +10,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, SecretStr
 from bridge.config import MIN_TOKEN_CHARS, CoreSettings, HttpUrl
 from bridge.ports import Adapter, AdapterContext, AdapterSpec, DoctorCheck, changed_keys
 
+from .links import LINKS
+
 # what setWebhook accepts (1-256 of these), at least as long as any token people set by hand:
 # a short one is guessed, and too short to be told from a word when logs are masked
 WEBHOOK_SECRET = re.compile(rf"^[A-Za-z0-9_-]{{{MIN_TOKEN_CHARS},256}}$")
@@ -123,6 +125,8 @@ def dormant(settings: Any) -> list[str]:
 
 SPEC = AdapterSpec(
     name="telegram",
+    route_prefix="/telegram/",
+    links=LINKS,
     section="telegram",
     settings_model=TelegramSettings,
     factory=_factory,

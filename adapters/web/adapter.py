@@ -25,8 +25,9 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
 from bridge import rules
+from bridge.http.peers import can_tell, peer_uid
+from bridge.http.server import gate_bodies
 from bridge.model import Attachment, Inbound, Outgoing, ReplyKind, ReplyTarget
-from bridge.peers import can_tell, peer_uid
 from bridge.ports import (
     AdapterContext,
     Capabilities,
@@ -34,7 +35,6 @@ from bridge.ports import (
     PressStatus,
     SubmitStatus,
 )
-from bridge.server import gate_bodies
 from bridge.store import StoreError, StoreFull
 
 from .replay import EventLog
@@ -273,7 +273,7 @@ class WebAdapter:
 
     async def _from_a_run(self, request: web.Request) -> str:
         """Why the client may not use the web chat ("" when it may): a conversation's
-        account (a run on this host, see bridge/peers.py), or a client nobody can be told
+        account (a run on this host, see bridge/http/peers.py), or a client nobody can be told
         of (fail closed). Trusted loopback means the person at the keyboard, not an agent
         asking for another conversation's thread."""
         transport = request.transport

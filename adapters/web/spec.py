@@ -52,6 +52,7 @@ def check(settings: WebSettings, core: CoreSettings) -> list[str]:
 
 SPEC = AdapterSpec(
     name="web",
+    route_prefix="/api/",
     section="web",
     settings_model=WebSettings,
     factory=_factory,

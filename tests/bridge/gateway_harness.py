@@ -19,10 +19,10 @@ import aiohttp
 
 from bridge.app import GatewayApp
 from bridge.config import load_settings
+from bridge.engine import conversation_prefix
 from bridge.plugins import load_specs
 from bridge.ports import AdapterSpec
 from bridge.runner.cli import shared_interpreter
-from bridge.turns import conversation_prefix
 
 FAKE_RUNNER = Path(__file__).resolve().parent.parent / "fakes" / "fake_runner.py"
 FAKE_JAZZ = FAKE_RUNNER.with_name("fake_jazz.py")  # the released Jazz CLI's

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.connections import PeerConnections
+from bridge.http.connections import PeerConnections
 
 
 def test_a_peer_is_refused_at_its_limit_and_others_are_not() -> None:

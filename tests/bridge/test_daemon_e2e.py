@@ -16,7 +16,7 @@ from accounts_support import remove_accounts
 from fake_daemon import OPERATOR, SUCCESS, TOKEN, WAIT, FakeDaemon, FakeRun, serving
 from gateway_harness import gateway_env, running_gateway, wait_until
 
-from bridge.turns import conversation_name
+from bridge.engine import conversation_name
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge import delivery
-from bridge.delivery import Deliverer
+from bridge.engine import delivery
+from bridge.engine.delivery import Deliverer
 from bridge.metrics import Metrics
 from bridge.model import Inbound, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import Capabilities, DeliveryError

@@ -14,9 +14,9 @@ from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
 from gateway_harness import run_starts as starts
 
+from bridge.engine import conversation_name
 from bridge.model import Inbound, InboxState
 from bridge.store import PromptRecord, SqliteStore
-from bridge.turns import conversation_name
 from provisioning import naming
 
 KEY = "plain:room"

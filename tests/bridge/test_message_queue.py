@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from bridge.message_queue import MessageQueue, album_key
+from bridge.engine.message_queue import MessageQueue, album_key
 from bridge.model import InboxState
 from bridge.store import MessageRecord
 

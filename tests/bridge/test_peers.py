@@ -1,4 +1,4 @@
-"""bridge/peers.py: the uid on the other end of a loopback TCP connection, from the host's
+"""bridge/http/peers.py: the uid on the other end of a loopback TCP connection, from the host's
 socket table, over IPv4 and IPv6, for a client of our own uid and (as root) another's."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import pytest
 from accounts_support import needs_root
 
-from bridge.peers import peer_uid
+from bridge.http.peers import peer_uid
 
 
 def _server(family: int, host: str) -> socket.socket:

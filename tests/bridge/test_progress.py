@@ -6,7 +6,7 @@ from collections import Counter
 
 from markdown_it import MarkdownIt
 
-from bridge.progress import ProgressState
+from bridge.engine.progress import ProgressState
 
 md = MarkdownIt("commonmark")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from markdown_it import MarkdownIt
 
-from bridge.prompts import PromptRecord, message_for, resolved_text
+from bridge.engine.prompts import PromptRecord, message_for, resolved_text
 
 md = MarkdownIt("commonmark")
 

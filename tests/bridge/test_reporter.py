@@ -15,10 +15,10 @@ from contextlib import asynccontextmanager
 from gateway_harness import wait_until
 
 from bridge.config import ProgressSettings
+from bridge.engine.progress import ProgressState
+from bridge.engine.reporter import ProgressReporter
 from bridge.model import Attachment, Outgoing, ReplyTarget
 from bridge.ports import Capabilities, DeliveryError
-from bridge.progress import ProgressState
-from bridge.reporter import ProgressReporter
 
 TARGET = ReplyTarget(surface="lossy", thread_key="lossy:1", context={})
 

@@ -25,7 +25,7 @@ import pytest
 from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
 
-from bridge import delivery
+from bridge.engine import delivery
 from bridge.runner.cli import shared_interpreter
 
 RUNNER = r"""

@@ -20,7 +20,7 @@ from fake_daemon import TOKEN, FakeDaemon, FakeRun, serving
 from gateway_harness import gateway_env, wait_until
 from test_crash_recovery import free_port, serve
 
-from bridge.turns import conversation_name
+from bridge.engine import conversation_name
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.delivery import Deliverer
+from bridge.engine.delivery import Deliverer
 from bridge.metrics import Metrics
 from bridge.model import Inbound, Outgoing, ReplyKind, ReplyState, ReplyTarget
 from bridge.ports import Capabilities

@@ -25,8 +25,8 @@ import pytest
 from accounts_support import remove_accounts
 from gateway_harness import Client, gateway_env, running_gateway, wait_until
 
+from bridge.engine import conversation_name
 from bridge.model import Inbound
-from bridge.turns import conversation_name
 
 
 @pytest.fixture

@@ -129,7 +129,7 @@ def test_a_settled_prompt_fits_every_surface() -> None:
     from adapters.slack.surface import SlackSurface
     from adapters.telegram.surface import TelegramSurface
     from adapters.web.adapter import WebSurface
-    from bridge.prompts import PROMPT_ROOM
+    from bridge.engine.prompts import PROMPT_ROOM
 
     for surface in (TelegramSurface, SlackSurface, WebSurface):
         assert surface.capabilities.max_length >= PROMPT_ROOM, surface.name

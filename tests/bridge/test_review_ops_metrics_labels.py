@@ -1,7 +1,7 @@
 """Review: /metrics label values must come from a fixed set, never from a runner's output.
 
 ``jazz_bridge_runs{outcome=...}`` is labelled with the envelope's ``code`` as the runner
-printed it (bridge/turns.py: ``label = "ok" if result.ok else (result.code or "failed")``;
+printed it (bridge/engine/run.py: ``label = "ok" if result.ok else (result.code or "failed")``;
 bridge/runner/envelope.py takes any string). RUNNER-CONTRACT.md lists five failure codes,
 but nothing holds the runner to them: a runner (a newer jazz, a wrapper, a misbehaving or
 hostile one) that puts detail into ``code`` makes one time series per distinct text, of

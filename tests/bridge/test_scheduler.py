@@ -1,4 +1,4 @@
-"""The run slots shared between people and teams (bridge/scheduler.py), on their own: the
+"""The run slots shared between people and teams (bridge/engine/scheduler.py), on their own: the
 gateway's cap, the person's and the team's, no head-of-line blocking, parked runs, and
 waits that are cancelled or ended by close. The gateway's use of them is proved end to end
 in tests/faults/test_run_slot_fairness.py."""
@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from bridge.scheduler import Lease, RunScheduler, Wait, WaitReason
+from bridge.engine.scheduler import Lease, RunScheduler, Wait, WaitReason
 
 BOUND_S = 5.0
 

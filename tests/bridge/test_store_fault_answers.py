@@ -27,10 +27,10 @@ from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
 
 import bridge.store.sqlite as sqlite_store
+from bridge.engine import INTERRUPTED_TEXT
 from bridge.model import Inbound, InboxState, Outgoing, ReplyKind, ReplyState, ReplyTarget
 from bridge.ports import AdapterContext, AdapterSpec
 from bridge.store import NewReply, PromptRecord, RunOutcome, SqliteStore, StoreError
-from bridge.turns import INTERRUPTED_TEXT
 from provisioning import naming
 
 KEY = "plain:room"

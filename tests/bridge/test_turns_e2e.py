@@ -9,8 +9,8 @@ import pytest
 from accounts_support import IS_ROOT, remove_accounts
 from gateway_harness import gateway_env, released_cli, running_gateway, wait_until
 
+from bridge.engine import conversation_name, conversation_prefix
 from bridge.errors import BridgeError
-from bridge.turns import conversation_name, conversation_prefix
 
 
 @pytest.fixture

@@ -242,7 +242,7 @@ def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[
 async def test_one_structured_line_per_turn(
     env: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bridge.turns")
+    caplog.set_level(logging.INFO, logger="bridge.engine")
     async with running_gateway(env) as (_, client):
         await client.post("fine", "hello")
         await client.wait_role("fine", "assistant")

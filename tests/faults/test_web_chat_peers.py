@@ -1,7 +1,7 @@
 """The tokenless web chat against a conversation's own account (hostile input, as root).
 
 Without ``web.token`` the web chat takes a loopback client for the person at the keyboard
-unless the host's socket table says a conversation account holds it (bridge/peers.py). A
+unless the host's socket table says a conversation account holds it (bridge/http/peers.py). A
 run that sent its request and closed at once left a FIN_WAIT2/TIME_WAIT row the kernel
 shows as uid 0: the lookup read that as "not a conversation" and the message was stored
 and run in another conversation's thread, under any name. The check now fails closed.

@@ -22,7 +22,7 @@ import pytest
 
 from provisioning.errors import UnsafePathError
 from provisioning.modes import REPAIR_MARKER
-from provisioning.walk import FD_BUDGET, MAX_DEPTH, WalkReport, repair_home_tree
+from provisioning.walk import FD_BUDGET, MAX_DEPTH, TreeWalk, WalkReport, repair_home_tree
 
 IS_ROOT = os.geteuid() == 0
 root_only = pytest.mark.skipif(not IS_ROOT, reason="needs root (chown, mknod, chattr)")
@@ -503,3 +503,30 @@ def test_merge_and_error_cap() -> None:
     a.merge(WalkReport(checked=10, changed=20, skipped=30, failed=40, errors=["y"] * 10))
     assert a.as_dict() == {"checked": 11, "changed": 22, "skipped": 33, "failed": 44}
     assert a.errors == ["x"] * 49 + ["y"]
+
+
+def test_a_directory_removed_after_it_was_listed_is_no_failure(tmp_path: Path) -> None:
+    """A place another program cleans while the walk goes (a browser's profile in /tmp,
+    gone between the listing and the opening): nothing is left to do there, and the walk
+    must not fail for it (a failed walk keeps a freed uid from serving again)."""
+    top = tmp_path / "place"
+    for name in ("a", "b"):
+        (top / name / "inner").mkdir(parents=True)
+    removed: list[str] = []
+
+    class RemovesSibling(TreeWalk):
+        def directory(self, fd: int, st: os.stat_result, where: str, *, top: bool) -> None:
+            if not top and not removed:  # both are listed already: the other is opened next
+                other = "b" if where.endswith("/a") else "a"
+                (tmp_path / "place" / other / "inner").rmdir()
+                (tmp_path / "place" / other).rmdir()
+                removed.append(other)
+
+    report = WalkReport()
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        RemovesSibling(report).run(fd, str(top))
+    finally:
+        os.close(fd)
+    assert removed and not (top / removed[0]).exists()
+    assert report.failed == 0 and report.errors == [], report

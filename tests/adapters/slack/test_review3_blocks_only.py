@@ -40,7 +40,7 @@ async def test_a_dm_with_only_blocks_is_run(env: dict[str, str], fake: FakeSlack
         assert await event(app.port, body) == 200
         (answer,) = await wait_post(fake, "compare a<b & c with", channel=DM, timeout=15)
         assert f"<@{GRACE}>" in answer.args["markdown_text"]
-        assert not posts(fake, "/new", channel=DM), "answered with the help text"
+        assert not posts(fake, "`!new`", channel=DM), "answered with the help text"
 
 
 async def test_a_mention_with_only_blocks_loses_the_bots_mention(

@@ -58,7 +58,7 @@ async def test_a_forward_without_a_comment_is_the_request(
         assert await event(app.port, fwd) == 200
         (answer,) = await wait_post(fake, "failover runbook", channel=DM, timeout=15)
         assert "Grace" in answer.args["markdown_text"]
-        assert not posts(fake, "/new", channel=DM), "answered with the help text"
+        assert not posts(fake, "`!new`", channel=DM), "answered with the help text"
 
 
 async def test_a_forward_with_a_comment_carries_the_forwarded_message(

@@ -423,7 +423,7 @@ async def test_stop_button_and_thread_commands(env: dict[str, str], fake: FakeSl
         assert await event(app.port, thread_cmd(2, "!stop", user=GRACE)) == 200
         await wait_post(fake, "who started this run")  # Grace may not stop Ada's run
         assert await event(app.port, thread_cmd(3, "!help")) == 200
-        await wait_post(fake, "/new")
+        await wait_post(fake, "`!new`")  # the help, in the form Slack lets through
 
         ts = posted_ts(fake, bubble()[0])
         assert await action(app.port, press_payload(stop["value"], ADA, bubble()[0], ts)) == 200

@@ -22,7 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_support import APP_TOKEN, BOT_TOKEN
 
 from adapters.slack.surface import SlackSurface
-from bridge.delivery import Deliverer
+from bridge.engine.delivery import Deliverer
 from bridge.metrics import Metrics
 from bridge.model import Inbound, Outgoing, ReplyKind, ReplyState, ReplyTarget
 from bridge.store import NewReply, ReplyRecord, SqliteStore

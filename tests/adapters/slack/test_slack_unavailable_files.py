@@ -37,7 +37,7 @@ async def test_files_slack_did_not_make_available_are_named_to_the_agent(
         assert await event(app.port, hidden) == 200
         (answer,) = await wait_post(fake, "q3-report.pdf", channel=DM, timeout=15)
         assert "did not make available" in answer.args["markdown_text"]
-        assert not posts(fake, "/new", channel=DM), "answered with the help text"
+        assert not posts(fake, "`!new`", channel=DM), "answered with the help text"
 
         asked = message("Ev0GONE2", "what is in it?", ts="1764683100.000100", channel=DM)
         asked["event"]["subtype"] = "file_share"

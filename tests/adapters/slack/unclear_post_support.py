@@ -17,8 +17,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_support import BOT_TOKEN
 
 from adapters.slack.surface import SlackSurface
-from bridge import delivery
-from bridge.delivery import Deliverer
+from bridge.engine import delivery
+from bridge.engine.delivery import Deliverer
 from bridge.metrics import Metrics
 from bridge.model import Inbound, Outgoing, ReplyKind, ReplyTarget
 from bridge.store import NewReply, ReplyRecord, SqliteStore

@@ -23,9 +23,9 @@ from accounts_support import remove_accounts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway_harness import Client, gateway_env, install_fake_runner, running_gateway, wait_until
 
+from bridge.engine import conversation_name
 from bridge.errors import ConfigError
 from bridge.runner.dialect import LONG_TIMEOUT_MS, MAX_ARGV_PROMPT_BYTES
-from bridge.turns import conversation_name
 
 BOUND_S = 20.0  # every wait for a reply or a run's end
 LIMIT_TEXT = "Today's spending limit for this gateway is reached"

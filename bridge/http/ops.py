@@ -27,9 +27,9 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr
 
-from .errors import ConfigError
-from .logs import mask
-from .operators import LIST_COLUMNS, OPS_SIZE_TTL_S, Operators
+from ..errors import ConfigError
+from ..logs import mask
+from ..operators import LIST_COLUMNS, OPS_SIZE_TTL_S, Operators
 
 log = logging.getLogger(__name__)
 

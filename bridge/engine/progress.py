@@ -13,8 +13,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .markdown import code_span
-from .runner import RunnerEvent, RunResult
+from ..markdown import code_span
+from ..runner import RunnerEvent, RunResult
 
 TOOL_START = frozenset({"tool_execution_start", "tool_call"})
 

@@ -1,6 +1,6 @@
 """Connections per peer: one address may hold at most ``server.max_connections_per_peer``.
 
-The body gates and the buffer cap (:mod:`bridge.server`) bound what a request can make
+The body gates and the buffer cap (:mod:`bridge.http.server`) bound what a request can make
 the gateway hold, but every open connection costs a descriptor and a parser whatever it
 sends; one client opening thousands that send nothing would take every descriptor the
 gateway has (its runs', its store's). A connection beyond its peer's limit is answered

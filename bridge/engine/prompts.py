@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .markdown import code_span, fence_for
-from .model import Choice, Outgoing, ReplyKind
-from .store import PromptRecord
+from ..markdown import code_span, fence_for
+from ..model import Choice, Outgoing, ReplyKind
+from ..store import PromptRecord
 
 SEP = "."
 APPROVE, REJECT, APPROVE_ALL, REJECT_ALL, DECLINE = "y", "n", "ya", "na", "x"

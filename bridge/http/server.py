@@ -12,21 +12,21 @@ all the bodies being read at once may hold at most ``server.max_buffered_bytes``
 beyond that is answered 503 at once, with Retry-After), and one peer may have at most
 ``server.max_requests_per_peer`` requests under way (429). Before, 1,200 slow connections
 that sent no credential took the gateway from 0.4 to 1.55 GB.
-Connections themselves are counted per peer before a byte is read (:mod:`bridge.connections`).
+Connections themselves are counted per peer before a byte is read (:mod:`bridge.http.connections`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from .logs import mask
-from .metrics import Metrics
-from .store import StoreError, StoreFull
+from ..logs import mask
+from ..metrics import Metrics
+from ..store import StoreError, StoreFull
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ BodyGate = Callable[[web.Request], web.StreamResponse | None]
 BODY_GATES = web.AppKey("body_gates", list[tuple[str, BodyGate]])
 HELD = web.RequestKey("held", tuple[str, int])  # the room a request's body holds
 BUSY_RETRY_S = 1  # Retry-After of a request refused while the buffers are full
-PLATFORM_PATHS = (("/slack/", "slack"), ("/telegram/", "telegram"), ("/api/", "web"))
+ROUTE_PLATFORMS = web.AppKey("route_platforms", tuple[tuple[str, str], ...])
 # How long a connection may stay open with no request under way: one that sends nothing, or
 # never ends its headers (slow-loris), is closed then, as is an idle keep-alive one (longer
 # than a proxy's usual 60 s, so the proxy hangs up first). aiohttp's own default (3630 s)
@@ -48,9 +48,13 @@ HTTP_IDLE_TIMEOUT_S = 75.0
 HTTP_BODY_TIMEOUT_S = 30.0
 
 
-def _platform(path: str) -> str:
-    """The metrics' platform label of a route (``http`` for the gateway's own)."""
-    return next((name for prefix, name in PLATFORM_PATHS if path.startswith(prefix)), "http")
+def _platform(request: web.Request) -> str:
+    """The metrics' platform label of a request: the adapter whose ``route_prefix`` its path
+    is under (:class:`~bridge.ports.AdapterSpec`), ``http`` for the gateway's own routes."""
+    path = request.path
+    return next(
+        (name for prefix, name in request.app[ROUTE_PLATFORMS] if path.startswith(prefix)), "http"
+    )
 
 
 def gate_bodies(app: web.Application, prefix: str, gate: BodyGate) -> None:
@@ -95,7 +99,10 @@ def build_app(
     max_buffered_bytes: int | None = None,
     max_requests_per_peer: int = 256,
     before_scrape: Callable[[], Awaitable[None]] | None = None,
+    route_platforms: Iterable[tuple[str, str]] = (),
 ) -> web.Application:
+    """The application, its limits, and the gateway's own routes; ``route_platforms``: the
+    adapters' (route prefix, platform name) pairs, by which refusals are counted."""
     # a body of the largest size allowed always fits, alone
     admission = Admission(max(max_buffered_bytes or 0, max_body_bytes), max_requests_per_peer)
 
@@ -115,7 +122,7 @@ def build_app(
         peer = request.remote or "?"
         why = admission.take(peer, size)
         if why is not None:
-            metrics.auth_failures.labels(_platform(path), why).inc()
+            metrics.auth_failures.labels(_platform(request), why).inc()
             log.warning("%s %s from %s: refused, %s", request.method, path, peer, why)
             if why == "peer":
                 text = f"too many requests under way from {peer}; try again later"
@@ -153,7 +160,7 @@ def build_app(
                     return refusal
             return await handler(request)
         except web.HTTPRequestEntityTooLarge:
-            metrics.auth_failures.labels(_platform(request.path), "too_big").inc()
+            metrics.auth_failures.labels(_platform(request), "too_big").inc()
             raise
         except StoreFull as exc:
             log.error("%s %s: refused, not stored: %s", request.method, request.path, exc)
@@ -170,6 +177,7 @@ def build_app(
 
     app = web.Application(client_max_size=max_body_bytes, middlewares=[refusals])
     app[BODY_GATES] = []
+    app[ROUTE_PLATFORMS] = tuple(route_platforms)
 
     async def healthz(_: web.Request) -> web.Response:
         transports = health()

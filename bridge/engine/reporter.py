@@ -21,9 +21,9 @@ import contextlib
 import logging
 import time
 
-from .config import ProgressSettings
-from .model import Choice, Outgoing, ReplyKind, ReplyTarget
-from .ports import ConfirmsDelivery, DeliveryError, Surface
+from ..config import ProgressSettings
+from ..model import Choice, Outgoing, ReplyKind, ReplyTarget
+from ..ports import ConfirmsDelivery, DeliveryError, Surface
 from .progress import ProgressState
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 
-from .store import MessageRecord
+from ..store import MessageRecord
 
 AlbumKey = tuple[str, str]  # (sender_id, part_of): one sender's message delivered in parts
 

@@ -3,10 +3,9 @@
 ``/help``, ``/start``, ``/new``, ``/status``, ``/stop`` (also as ``/cmd@botname``). Any
 other ``/word`` is not a command: it goes to the agent as text.
 
-The help is one text for every surface, so it names the form each one lets through: Slack
-keeps a message that starts with ``/`` for its own slash commands (in a thread or a DM
-``/new`` is refused by Slack's client and never sent), and its adapter takes ``!new`` for
-``/new``.
+The help names each command in the form the asker's surface lets through (its
+``Capabilities.command_sigil``): a surface whose platform keeps ``/`` for itself takes
+another sigil and its adapter turns it into the command here.
 """
 
 from __future__ import annotations
@@ -47,11 +46,15 @@ def parse_command(text: str) -> ParsedCommand | None:
 HELP_TEXT = """\
 **jazz-bridge**: this thread is one conversation with a Jazz agent, with its own files.
 
-Write a message and the agent answers here. Commands (on Slack, which keeps every \
-message starting with `/` for its own, start them with `!` instead: `!new`, `!status`, \
-`!stop`, `!help`):
-- `/new`: start a fresh conversation (the agent forgets earlier messages; files stay); \
-`/new <message>` starts it with that message
-- `/status`: what is running, how many messages wait, the last run's cost
-- `/stop`: stop the current run (the person who started it, or an operator)
-- `/help`: this text"""
+Write a message and the agent answers here. Commands:
+- `{s}new`: start a fresh conversation (the agent forgets earlier messages; files stay); \
+`{s}new <message>` starts it with that message
+- `{s}status`: what is running, how many messages wait, the last run's cost
+- `{s}stop`: stop the current run (the person who started it, or an operator)
+- `{s}help`: this text"""
+
+
+def help_text(sigil: str = "/") -> str:
+    """The help, naming each command in the form the surface lets through (``sigil``: its
+    :attr:`~bridge.ports.Capabilities.command_sigil`)."""
+    return HELP_TEXT.format(s=sigil)

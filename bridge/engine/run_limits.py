@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from provisioning.rlimits import LimitHit, RunLimits
 
-from .config import LimitsSettings
+from ..config import LimitsSettings
 
 GIB = 1024**3
 MIB = 1024**2

@@ -44,11 +44,11 @@ from pathlib import Path
 
 from provisioning.errors import UnsafePathError
 
-from .files import paths_for_people, read_in_home
-from .metrics import Metrics
-from .model import Outgoing, ReplyKind, ReplyState
-from .ports import ChatGone, ConfirmsDelivery, DeliveryError, Surface
-from .store import ReplyRecord, Store, StoreRetry
+from ..files import paths_for_people, read_in_home
+from ..metrics import Metrics
+from ..model import Outgoing, ReplyKind, ReplyState
+from ..ports import ChatGone, ConfirmsDelivery, DeliveryError, Surface
+from ..store import ReplyRecord, Store, StoreRetry
 
 log = logging.getLogger(__name__)
 
