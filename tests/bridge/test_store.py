@@ -33,7 +33,7 @@ from bridge.store import (
     StoreError,
     StoreSchemaTooNew,
 )
-from bridge.store.sqlite import _SCHEMA_V1, SCHEMA_VERSION
+from bridge.store.sqlite.schema import SCHEMA_V1, SCHEMA_VERSION
 
 
 def inbound(
@@ -531,7 +531,7 @@ async def test_the_parts_of_a_message_close_with_its_run_start_or_its_answer(
 async def test_a_version_1_store_is_migrated_in_place(db_path: Path) -> None:
     db_path.parent.mkdir()
     conn = sqlite3.connect(db_path)
-    conn.executescript(_SCHEMA_V1)
+    conn.executescript(SCHEMA_V1)
     conn.execute(
         "INSERT INTO conversations (thread_key, platform, home, epoch, created_at,"
         " last_active_at) VALUES ('slack:T1:C1:1.0', 'slack', 'h', 3, 0, 0)"

@@ -26,7 +26,7 @@ import pytest
 from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
 
-import bridge.store.sqlite as sqlite_store
+import bridge.store.sqlite.files as sqlite_files
 from bridge.model import Inbound, InboxState, Outgoing, ReplyKind, ReplyState, ReplyTarget
 from bridge.ports import AdapterContext, AdapterSpec
 from bridge.store import NewReply, PromptRecord, RunOutcome, SqliteStore, StoreError
@@ -76,7 +76,7 @@ async def write_lock(
     The store's busy timeout (a module setting, 5 s) is cut to 0.2 s so that a held lock
     fails a write quickly; the lock is held well past it, so each fault is a real failure.
     """
-    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(sqlite_files, "BUSY_TIMEOUT_MS", 200)
     caplog.set_level(logging.WARNING)
     await _first_life(env)
     lock = WriteLock(database(env))
