@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable
 
 from ...model import InboxState
-from ..base import ConversationRecord, NewReply, ReplyRecord, StoreError
+from ..base import StoreError
+from ..records import ConversationRecord, NewReply, ReplyRecord
 from .core import SqliteCore
 from .rows import insert_replies, to_conversation, to_reply
 

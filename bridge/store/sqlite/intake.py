@@ -9,7 +9,8 @@ import time
 from collections.abc import Sequence
 
 from ...model import Inbound, InboxState
-from ..base import MessageRecord, NewReply, ReplyRecord, StoreError
+from ..base import StoreError
+from ..records import MessageRecord, NewReply, ReplyRecord
 from .core import SqliteCore
 from .rows import dumps, insert_replies, merge_parts, to_message
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...model import InboxState
-from ..base import PromptRecord
+from ..records import PromptRecord
 from .core import SqliteCore
 from .rows import dumps, to_prompt
 

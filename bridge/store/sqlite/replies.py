@@ -8,7 +8,8 @@ import sqlite3
 import time
 
 from ...model import Outgoing, ReplyKind, ReplyState
-from ..base import NewReply, ReplyRecord, StoreError, TranscriptEntry
+from ..base import StoreError
+from ..records import NewReply, ReplyRecord, TranscriptEntry
 from .core import SqliteCore
 from .rows import insert_replies, to_reply
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...model import InboxState, Outgoing, ReplyState, ReplyTarget
-from ..base import (
+from ..records import (
     ConversationRecord,
     MessageRecord,
     NewReply,

@@ -9,7 +9,8 @@ import time
 from collections.abc import Sequence
 
 from ...model import InboxState
-from ..base import NewReply, ReplyRecord, RunOutcome, RunRecord, StoreError
+from ..base import StoreError
+from ..records import NewReply, ReplyRecord, RunOutcome, RunRecord
 from .core import SqliteCore
 from .rows import insert_replies, merge_parts, to_run
 
