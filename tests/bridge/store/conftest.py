@@ -17,27 +17,12 @@ import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from store_support import Backend
 
 from bridge.store import SqliteStore, Store
-
-
-@dataclass(frozen=True)
-class Backend:
-    """One backend under test, on a database of this test's own."""
-
-    name: str
-    make: Callable[[], Store]
-    """A new, unopened store on the test's database (opening another makes a second handle
-    on the same data, as the next start of the gateway would)."""
-    count: Callable[[str], int]
-    """Rows in one of the store's tables (``inbox``, ``replies``...), read past the store
-    (another connection): what a second process sees."""
-    set_last_active: Callable[[str, float], None]
-    """Set a conversation's last activity (by thread key) by hand, past the store."""
 
 
 @contextlib.contextmanager

@@ -1,12 +1,30 @@
-"""Builders the store's tests share: an inbound message and a reply, with defaults that
-make a valid one (a Slack thread), each field overridable."""
+"""What the store's tests share: the :class:`Backend` a contract test runs on (the conftest
+makes one per backend), and builders of an inbound message and a reply, with defaults
+that make a valid one (a Slack thread), each field overridable."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from bridge.model import Inbound, Outgoing, ReplyKind, ReplyTarget
-from bridge.store import NewReply
+from bridge.store import NewReply, Store
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend under test, on a database of this test's own."""
+
+    name: str
+    make: Callable[[], Store]
+    """A new, unopened store on the test's database (opening another makes a second handle
+    on the same data, as the next start of the gateway would)."""
+    count: Callable[[str], int]
+    """Rows in one of the store's tables (``inbox``, ``replies``...), read past the store
+    (another connection): what a second process sees."""
+    set_last_active: Callable[[str, float], None]
+    """Set a conversation's last activity (by thread key) by hand, past the store."""
 
 
 def inbound(

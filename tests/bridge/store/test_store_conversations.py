@@ -5,8 +5,7 @@ bumps (as /new is accepted, once, a replay bumping nothing), the epoch a message
 from __future__ import annotations
 
 import pytest
-from conftest import Backend
-from store_support import inbound, reply
+from store_support import Backend, inbound, reply
 
 from bridge.model import (
     InboxState,

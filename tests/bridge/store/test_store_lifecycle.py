@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import Backend
-from store_support import inbound
+from store_support import Backend, inbound
 
 from bridge.store import StoreError
 
