@@ -1,11 +1,20 @@
 """The gateway's durable state: one interface (:class:`Store`), SQLite embedded by default.
 
 Callers import from here; which backend they get is the CLI's and the config's business.
+The contract every backend keeps is :mod:`.base`; the records it deals in :mod:`.records`.
 """
 
 from __future__ import annotations
 
 from .base import (
+    Store,
+    StoreError,
+    StoreFull,
+    StoreSchemaTooNew,
+    StoreUnavailable,
+    utc_midnight,
+)
+from .records import (
     ConversationRecord,
     MessageRecord,
     NewReply,
@@ -13,13 +22,7 @@ from .base import (
     ReplyRecord,
     RunOutcome,
     RunRecord,
-    Store,
-    StoreError,
-    StoreFull,
-    StoreSchemaTooNew,
-    StoreUnavailable,
     TranscriptEntry,
-    utc_midnight,
 )
 from .retry import StoreRetry
 from .sqlite import SCHEMA_VERSION, SqliteStore

@@ -17,7 +17,6 @@ import asyncio
 import json
 import logging
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -26,11 +25,11 @@ import pytest
 from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
 
-import bridge.store.sqlite as sqlite_store
+import bridge.store.sqlite.files as sqlite_files
 from bridge.engine import INTERRUPTED_TEXT
-from bridge.model import Inbound, InboxState, Outgoing, ReplyKind, ReplyState, ReplyTarget
+from bridge.model import Inbound, InboxState, Outgoing, ReplyTarget
 from bridge.ports import AdapterContext, AdapterSpec
-from bridge.store import NewReply, PromptRecord, RunOutcome, SqliteStore, StoreError
+from bridge.store import RunOutcome, SqliteStore
 from provisioning import naming
 
 KEY = "plain:room"
@@ -76,7 +75,7 @@ async def write_lock(
     The store's busy timeout (a module setting, 5 s) is cut to 0.2 s so that a held lock
     fails a write quickly; the lock is held well past it, so each fault is a real failure.
     """
-    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(sqlite_files, "BUSY_TIMEOUT_MS", 200)
     caplog.set_level(logging.WARNING)
     await _first_life(env)
     lock = WriteLock(database(env))
@@ -212,63 +211,6 @@ async def test_a_command_hit_by_a_store_error_is_answered_once(
     try:
         conv = await store.conversation_by_key(KEY)
         assert conv is not None and conv.epoch == (2 if command == "/new" else 1)
-    finally:
-        await store.close()
-
-
-async def test_new_bumps_the_epoch_with_its_answer_and_a_replay_bumps_nothing(
-    tmp_path: Path,
-) -> None:
-    store = SqliteStore(tmp_path / "bridge.db")
-    await store.open()
-    try:
-        msg, _ = await store.accept(
-            inbound("e1", "/new"), home=naming.home_name(KEY), is_command=True
-        )
-
-        def answer(epoch: int) -> NewReply:
-            target = ReplyTarget(surface="plain", thread_key=KEY)
-            out = Outgoing(ReplyKind.NOTICE, f"fresh #{epoch}")
-            return NewReply(f"command-new:{msg.id}", msg.conversation_id, out, target, msg.id)
-
-        first = await store.start_new_epoch(msg.id, answer)
-        assert [r.outgoing.text for r in first] == ["fresh #2"]
-        again = await store.start_new_epoch(msg.id, answer)  # a replay of the same message
-        assert [r.id for r in again] == [first[0].id]
-        conv = await store.conversation(msg.conversation_id)
-        assert conv is not None and conv.epoch == 2
-        done = await store.get_message(msg.id)
-        assert done is not None and done.state is InboxState.DONE
-        with pytest.raises(StoreError):
-            await store.start_new_epoch(9999, answer)
-    finally:
-        await store.close()
-
-
-async def test_prune_keeps_the_replies_of_a_message_it_keeps(tmp_path: Path) -> None:
-    """A run kept by a prompt left pending keeps its message, and so its replies: a kept
-    message with none would read as never answered, and recovery would answer it again."""
-    store = SqliteStore(tmp_path / "bridge.db")
-    await store.open()
-    try:
-        msg, _ = await store.accept(
-            inbound("e1", "hi"), home=naming.home_name(KEY), is_command=False
-        )
-        run = await store.start_run(msg.id, "u", 1)
-        await store.add_prompts(
-            [PromptRecord("tok", run.id, msg.conversation_id, "u", "approval", "t1")]
-        )
-        target = ReplyTarget(surface="plain", thread_key=KEY)
-        reply = NewReply(
-            f"error:{msg.id}", msg.conversation_id, Outgoing(ReplyKind.ERROR, "no"), target, msg.id
-        )
-        outcome = RunOutcome(ok=False, exit_code=3, envelope_code=None)
-        [rec] = await store.finish_run(run.id, outcome, InboxState.FAILED, [reply])
-        await store.mark_reply(rec.id, ReplyState.SENT, platform_ref="r")
-        await store.prune(time.time() + 3600)
-        assert await store.get_message(msg.id) is not None
-        assert await store.get_reply(rec.id) is not None
-        assert await store.unanswered_messages() == []
     finally:
         await store.close()
 

@@ -1,4 +1,4 @@
-"""Review: the retention sweep on a big store held the store's write lock for minutes.
+"""The retention sweep on a big store once held the store's write lock for minutes.
 
 ``prune`` deletes old replies and messages ``NOT EXISTS`` a run (or reply) for them, but
 neither ``runs.message_id`` nor ``replies.message_id`` was indexed: each old row scanned the

@@ -1,0 +1,186 @@
+"""The SQLite store's one connection: its worker thread and the group commit of writes.
+
+Every call to SQLite runs on one dedicated worker thread that owns the only connection;
+the async methods hand work to it with ``run_in_executor`` and never block the event loop.
+Because that thread runs one job at a time, concurrent asyncio tasks are serialized for
+free; ``BEGIN IMMEDIATE`` transactions also keep another process (an operator's
+``sqlite3`` shell, ``jazz-bridge homes``) from interleaving a write. If an awaiting task is
+cancelled, a job the worker already started still runs to the end (one still queued may
+be dropped): either way a transaction is committed or rolled back whole, never half.
+
+:class:`SqliteCore` is the base the store's parts (intake, runs, replies...) are built on:
+they read with :meth:`SqliteCore._call` and write with :meth:`SqliteCore._tx`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from provisioning.modes import STATE_FILE_MODE
+
+from ..base import Store, StoreError, StoreFull, StoreUnavailable
+from .files import DatabaseFile
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class SqliteCore(Store):
+    """The connection, its worker and the group commit (see the module docstring); the
+    store's parts subclass it and :class:`~bridge.store.sqlite.SqliteStore` joins them."""
+
+    def __init__(
+        self, path: Path, *, file_mode: int = STATE_FILE_MODE, read_only: bool = False
+    ) -> None:
+        """``read_only``: for commands that only look (``homes list``/``show``): the file is
+        opened as it is, never created, repaired, moved aside or migrated, so an operator
+        in the group (who may read it, not write it) can use it beside a running gateway."""
+        if file_mode & 0o007:
+            raise ValueError(f"store file mode {file_mode:#o} would be world-accessible")
+        self.path = Path(path)
+        self.file_mode = file_mode
+        self.read_only = read_only
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None  # touched only on the worker thread
+        # group commit of every write (see _tx)
+        self._group: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._committer: asyncio.Task[None] | None = None
+
+    # -- plumbing -----------------------------------------------------------------------------
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` on the worker thread; SQLite errors become StoreError."""
+        executor = self._executor
+        if executor is None:
+            raise StoreError(f"store {self.path} is not open")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, self._on_worker, fn)
+
+    def _on_worker(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        if conn is None:
+            raise StoreError(f"store {self.path} is not open")
+        try:
+            return fn(conn)
+        except sqlite3.Error as exc:
+            raise self._store_error(exc) from exc
+
+    def _store_error(self, exc: sqlite3.Error) -> StoreError:
+        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL:
+            return StoreFull(f"store {self.path}: the disk is full ({exc}); nothing was written")
+        if isinstance(exc, sqlite3.OperationalError):  # busy, locked, I/O: a condition
+            return StoreUnavailable(f"store {self.path}: {exc}")
+        return StoreError(f"store {self.path}: {exc}")
+
+    async def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` as one write; writes arriving while a commit is on the disk share the next.
+
+        Group commit: with ``synchronous=FULL`` every COMMIT waits for the disk, so one
+        transaction per write made intake as slow as the disk's flush (about 100 a second on
+        a busy disk), and a turn makes several (the run started, its outcome and replies,
+        each reply sent). Each write runs in a savepoint of its own (one that fails fails
+        alone); its caller hears back only after the COMMIT that holds it returned, so
+        nothing is acknowledged before it is on disk.
+        """
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._group.append((fn, future))
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.create_task(self._commit_groups(), name="store-commit")
+        return await future
+
+    async def _commit_groups(self) -> None:
+        while self._group:
+            group, self._group = self._group, []
+            fns = [fn for fn, _ in group]
+            try:
+                outcomes = await self._call(functools.partial(self._group_on_worker, fns=fns))
+            except BaseException as exc:  # the transaction failed: nothing of it was written
+                for _, future in group:
+                    if not future.done():
+                        future.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            for (_, future), (ok, value) in zip(group, outcomes, strict=True):
+                if future.done():  # its caller gave up; the write stands (dedupe keys it)
+                    continue
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+
+    def _group_on_worker(
+        self, conn: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], Any]]
+    ) -> list[tuple[bool, Any]]:
+        outcomes: list[tuple[bool, Any]] = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for fn in fns:
+                conn.execute("SAVEPOINT one_write")
+                try:
+                    outcomes.append((True, fn(conn)))
+                except sqlite3.Error as exc:
+                    conn.execute("ROLLBACK TO one_write")
+                    outcomes.append((False, self._store_error(exc)))
+                except Exception as exc:  # the write's own refusal: undone, and its alone
+                    conn.execute("ROLLBACK TO one_write")
+                    outcomes.append((False, exc))
+                conn.execute("RELEASE one_write")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    log.exception("store %s: rollback failed", self.path)
+            raise
+        return outcomes
+
+    # -- open / close -------------------------------------------------------------------------
+    async def open(self) -> None:
+        if self._executor is not None:
+            return
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jazz-store")
+        # Set at once: calls made while opening queue behind the open on the one worker.
+        self._executor = executor
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(executor, self._open_on_worker)
+        except BaseException:
+            # Refused, failed or cancelled: whatever the worker opened, it closes.
+            self._executor = None
+            executor.submit(self._close_on_worker)
+            executor.shutdown(wait=False)
+            raise
+
+    async def close(self) -> None:
+        if self._committer is not None:  # writes already handed in are committed first
+            await asyncio.shield(asyncio.gather(self._committer, return_exceptions=True))
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        # Queued behind every call already made; new calls are refused from here on.
+        closed = executor.submit(self._close_on_worker)
+        executor.shutdown(wait=False)  # the worker finishes its queue, then exits
+        # Shielded: a cancelled close() must not drop the queued close of the connection.
+        await asyncio.shield(asyncio.wrap_future(closed))
+
+    def _close_on_worker(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _open_on_worker(self) -> None:
+        try:
+            self._conn = DatabaseFile(self.path, self.file_mode).open(read_only=self.read_only)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}") from exc
