@@ -1,6 +1,6 @@
 """Helpers the provisioning tests share: an entry's exact mode and owner, files and directories
-made with an exact mode, a command run as another account, names swapped under a walk, and
-calls that must end in bounded time.
+made with an exact mode, a command run as another account, the deep walk of a home, names
+swapped under it, and calls that must end in bounded time.
 
 Its own module, not ``conftest``: every directory's ``conftest.py`` is imported under that one
 name, so tests import helpers from here (as from ``accounts_support``) and take fixtures from
@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from provisioning.walk import WalkReport, repair_home_tree
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -113,6 +115,11 @@ def exchange(a: bytes, b: bytes) -> None:
     if _libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), a.decode())
+
+
+def walk(home: Path, *, setgid: bool = True, force: bool = False) -> WalkReport:
+    """The deep walk of ``home`` as the gateway runs it for a home the test's account owns."""
+    return repair_home_tree(home, setgid_home=setgid, owner_uid=os.geteuid(), force=force)
 
 
 def open_fds() -> int:
