@@ -25,7 +25,7 @@ NOBODY = 65534
 OTHER_UID = 65530  # an account nothing on a test host uses
 # a name a conversation may give an entry: a newline, a forged line, a terminal escape, no UTF-8
 HOSTILE_NAME = b"x\n  failed: forged line\x1b[2J\xff"
-CONFIG_TOKEN = "xoxb-REVIEW-SECRET-TOKEN"  # what the gateway's config holds: never leaked
+CONFIG_TOKEN = "xoxb-THE-GATEWAYS-SECRET-TOKEN"  # what the gateway's config holds: never leaked
 
 T = TypeVar("T")
 

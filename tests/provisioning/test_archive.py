@@ -166,7 +166,7 @@ def test_a_hard_link_to_a_root_only_file_is_not_packed_into_the_operator_readabl
     homes = Homes(
         info, isolated=True, registry=AccountRegistry(info.layout, info.operator_gid, uid_range)
     )
-    a = homes.ensure("web:review-archive-a")
+    a = homes.ensure("web:linked-archive-a")
     config = tmp_path / "jazz-bridge.toml"
     config.write_text(f'[slack]\nbot_token = "{CONFIG_TOKEN}"\n')
     os.chmod(config, 0o600)

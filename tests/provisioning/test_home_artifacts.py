@@ -36,7 +36,7 @@ def test_an_artifact_that_is_a_hard_link_to_a_file_the_conversation_cannot_read_
     homes = Homes(
         info, isolated=True, registry=AccountRegistry(info.layout, info.operator_gid, uid_range)
     )
-    a = homes.ensure("web:review-artifact-a")
+    a = homes.ensure("web:linked-artifact-a")
     # the gateway's config, root's and 0600, on the same filesystem and reachable by path
     config = tmp_path / "jazz-bridge.toml"
     config.write_text(f'[slack]\nbot_token = "{CONFIG_TOKEN}"\n')

@@ -124,7 +124,7 @@ def test_a_lower_case_gateway_variable_never_reaches_a_run(tmp_path: Path) -> No
     environ = {
         "PATH": "/usr/bin:/bin",
         "jazz_bridge_telegram__token": TOKEN,
-        "JAZZ_BRIDGE_OPS__TOKEN": "an-ops-token-for-the-review-test",
+        "JAZZ_BRIDGE_OPS__TOKEN": "an-ops-token-for-the-env-test",
     }
     # the gateway does take it as its configuration: it is the ops token here
     settings = load_settings(
