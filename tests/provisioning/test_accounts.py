@@ -1,15 +1,21 @@
-"""Conversation accounts and the uid map: creation, recovery, never taking over others."""
+"""Conversation accounts and the uid map: creation, recovery, never taking over others.
+
+Accounts are real and throwaway (root): two roots on one host share the system's accounts,
+and a map rebuilt from the homes' owners never names an account that is not a conversation's.
+"""
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import pwd
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
-from accounts_support import OperatorGroup, ReclaimingHomes, needs_root
+from accounts_support import OperatorGroup, ReclaimingHomes, needs_root, remove_accounts
 
 from provisioning import naming
 from provisioning.accounts import AccountRegistry
@@ -20,6 +26,8 @@ from provisioning.layout import init_root
 from provisioning.reclaim import archive_and_reclaim
 
 pytestmark = needs_root
+
+ROUNDS = 6  # account creations raced between two roots
 
 
 def _setup(
@@ -101,11 +109,43 @@ def test_foreign_uid_and_name_are_never_taken_over(
             assert home2.account.name != home.account.name
             assert home2.account.uid != home.account.uid
         finally:
-            from accounts_support import remove_accounts
-
             remove_accounts(other_root / "state" / "accounts.json")
     finally:
         subprocess.run(["userdel", "jbforeign" + str(lo)], check=False)
+
+
+def test_a_rebuilt_map_never_names_a_stranger_that_took_a_homes_uid(
+    shared_root: Path, operator_group: OperatorGroup, uid_range: tuple[int, int]
+) -> None:
+    """A lost account map is rebuilt from the homes' owners, and a home's uid that another
+    account now holds (a rebuilt container lost the conversation's account, and a user of
+    the host, or of its directory service, got the uid since) was written into the map under
+    that account's name: the conversation then ran as that stranger, and every start of the
+    gateway killed all of the stranger's processes (``owned_uids``: its name matched the
+    map). Without a lost map the same conflict is refused ("never taken over"); the rebuild
+    refuses it the same way."""
+    info = init_root(shared_root, operator_group.name)
+    registry = AccountRegistry(info.layout, info.operator_gid, uid_range)
+    home = Homes(info, isolated=True, registry=registry).ensure("web:lost")
+    uid = home.account.uid
+    # the container is rebuilt: the account is gone; a user of the host gets its uid
+    subprocess.run(["userdel", home.account.name], check=True)
+    subprocess.run(["groupdel", home.account.name], check=False, capture_output=True)
+    stranger = f"jbstranger{uid}"
+    subprocess.run(
+        ["useradd", "--system", "--uid", str(uid), "--no-create-home", stranger], check=True
+    )
+    try:
+        (shared_root / "state" / "accounts.json").write_text("{ not json")  # and the map
+        fresh = AccountRegistry(info.layout, info.operator_gid, uid_range)
+        # what the start-up kill acts on: never the stranger's processes
+        assert uid not in fresh.owned_uids()
+        with pytest.raises(AccountError, match="never taken over"):
+            fresh.ensure(home.name, "web:lost")
+        assert all(a.name != stranger for a in fresh.all().values())
+    finally:
+        subprocess.run(["userdel", stranger], check=False)
+        subprocess.run(["groupdel", stranger], check=False, capture_output=True)
 
 
 def test_newer_map_is_refused_and_left_untouched(
@@ -176,6 +216,57 @@ def test_a_uid_taken_before_its_account_was_made_is_replaced_while_the_home_is_e
         for name in [squatter, *made]:
             subprocess.run(["userdel", name], check=False)
             subprocess.run(["groupdel", name], check=False, capture_output=True)
+
+
+def test_two_roots_creating_accounts_at_once_both_succeed(
+    tmp_path: Path, operator_group: OperatorGroup, uid_range: tuple[int, int]
+) -> None:
+    """Two gateways on one host (two roots) whose uid ranges overlap, each creating an
+    account for a new conversation at the same moment. ``AccountRegistry.ensure`` promises
+    that a uid another account took "by then" is replaced while the home has no files yet;
+    its file lock only serialises one root, so two roots picked the same free uid and the
+    loser's ``groupadd --gid`` failed: that conversation's first message failed with
+    "groupadd: GID ... already exists" instead of getting the next uid."""
+    a = init_root(tmp_path / "a", operator_group.name)
+    b = init_root(tmp_path / "b", operator_group.name)
+    registries = [AccountRegistry(info.layout, info.operator_gid, uid_range) for info in (a, b)]
+    groups_before = {g.gr_name for g in grp.getgrall()}
+    failures: list[str] = []
+    try:
+        for n in range(ROUNDS):
+            barrier = threading.Barrier(2)
+
+            def make(
+                registry: AccountRegistry,
+                which: str,
+                n: int = n,
+                barrier: threading.Barrier = barrier,
+            ) -> None:
+                barrier.wait(30)
+                try:
+                    registry.ensure(f"web-race{n}{which}-0123456789abcdef", f"web:race{n}{which}")
+                except AccountError as exc:
+                    failures.append(f"round {n} root {which}: {exc}")
+
+            threads = [
+                threading.Thread(target=make, args=(reg, which), daemon=True)
+                for reg, which in zip(registries, "ab", strict=True)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+                assert not t.is_alive()
+            if failures:
+                break
+    finally:
+        remove_accounts(a.layout.uid_map)
+        remove_accounts(b.layout.uid_map)
+    assert not failures, failures
+    # the loser of a race had made its private group (both groupadds can pass with one gid):
+    # it is removed with the attempt, not left behind at the winner's gid
+    stray = {g.gr_name: g.gr_gid for g in grp.getgrall()}.keys() - groups_before
+    assert not {n for n in stray if n.startswith("jb-")}, stray
 
 
 def test_only_uids_still_owned_by_their_accounts_are_acted_on(

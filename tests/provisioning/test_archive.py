@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from accounts_support import OperatorGroup, needs_root
+from home_support import CONFIG_TOKEN, REPO, as_uid
 
 from provisioning import naming
 from provisioning.accounts import AccountRegistry
@@ -149,6 +150,46 @@ def test_archiving_never_follows_a_link_out_of_the_home(tmp_path: Path) -> None:
     assert (outside / "secret.txt").read_text() == "not the conversation's"
 
 
+@needs_root
+def test_a_hard_link_to_a_root_only_file_is_not_packed_into_the_operator_readable_archive(
+    tmp_path: Path,
+    shared_root: Path,
+    operator_group: OperatorGroup,
+    uid_range: tuple[int, int],
+) -> None:
+    """Where ``fs.protected_hardlinks`` is 0, link(2) needs no access to a file, only a path
+    to it: a run could link the gateway's config (its tokens) or /etc/shadow into its home,
+    and archiving read the linked file as root into a tarball that the operator group reads
+    (0640 gateway:O); the file itself was readable by root only. The link is planted here
+    as root to stand for that, since this machine has the protection on."""
+    info = init_root(shared_root, operator_group.name)
+    homes = Homes(
+        info, isolated=True, registry=AccountRegistry(info.layout, info.operator_gid, uid_range)
+    )
+    a = homes.ensure("web:linked-archive-a")
+    config = tmp_path / "jazz-bridge.toml"
+    config.write_text(f'[slack]\nbot_token = "{CONFIG_TOKEN}"\n')
+    os.chmod(config, 0o600)
+    os.link(config, a.path / "workspace" / "report.txt")  # as on a kernel without protection
+    archive_home(info, a.name)
+    try:
+        tarball = tarball_path(info.layout, a.name)
+        with tarfile.open(tarball, "r:gz") as tar:
+            names = {m.name: m for m in tar.getmembers()}
+            member = names.get(f"{a.name}/workspace/report.txt")
+            source = tar.extractfile(member) if member is not None else None
+            packed = source.read() if source is not None else b""
+        # the operator (a human in O, not root) can read the tarball, so the token leaks
+        op = operator_group
+        cat = as_uid(op.member_uid, op.gid, "cat", str(tarball), init_groups=True, timeout=30)
+        readable = cat.returncode == 0
+        assert not (readable and CONFIG_TOKEN.encode() in packed), (
+            "a root-only file hard-linked into a home was packed into the operator-readable archive"
+        )
+    finally:
+        restore_home(info, a.name)
+
+
 def _member(
     name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x", link: str = ""
 ) -> tuple[tarfile.TarInfo, bytes | None]:
@@ -244,6 +285,36 @@ def test_a_home_written_to_while_it_is_archived_is_archived_whole(tmp_path: Path
     assert all((again.path / "workspace" / f"w{i}").read_text() == f"file {i}\n" for i in (0, 299))
 
 
+def test_archiving_one_home_does_not_stop_other_homes_being_provisioned(tmp_path: Path) -> None:
+    """While one home is being packed (minutes for a big or sparse one), the next message of
+    any *other* conversation must still get its home: the lock is root-wide today.
+
+    The packing is held open through ``archive_home``'s own ``check`` hook (the caller's "is
+    it idle" question, which runs under the lock), so no timing is involved."""
+    info = init_root(tmp_path / "r")
+    homes = Homes(info, isolated=False)
+    busy = homes.ensure("web:being-archived")
+    inside, release = threading.Event(), threading.Event()
+
+    def check() -> None:
+        inside.set()
+        release.wait(30)
+
+    packer = threading.Thread(target=archive_home, args=(info, busy.name, check), daemon=True)
+    packer.start()
+    try:
+        assert inside.wait(30), "the archive never started"
+        other = threading.Thread(target=homes.ensure, args=("web:someone-else",), daemon=True)
+        other.start()
+        other.join(10)
+        blocked = other.is_alive()
+    finally:
+        release.set()
+        packer.join(30)
+    other.join(30)
+    assert not blocked, "provisioning an unrelated conversation waited for another's archive"
+
+
 def test_a_home_nested_too_deep_is_refused_and_left_alone(tmp_path: Path) -> None:
     info = init_root(tmp_path / "r")
     home = Homes(info, isolated=False).ensure("web:deep")
@@ -296,7 +367,6 @@ def test_a_home_with_paths_longer_than_path_max_comes_back(tmp_path: Path) -> No
 
 # -- a crash between the archive and the account's removal ---------------------------------
 
-REPO = Path(__file__).resolve().parents[2]
 CRASHED = 71  # the exit code of the process cut off below
 
 # The archiving process dies at one moment, as a power cut would leave it: "after" dies

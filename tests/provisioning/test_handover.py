@@ -8,18 +8,27 @@ accounts' files) and that an interrupted handover is finished by the next ensure
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import stat
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 from accounts_support import OperatorGroup, needs_root
+from home_support import (
+    HOSTILE_NAME,
+    OTHER_UID,
+    as_uid,
+    bounded,
+    exchange,
+    make,
+    mkdir,
+    mode,
+    owner,
+)
 
 from provisioning import handover, pinned
 from provisioning.accounts import AccountRegistry
@@ -29,56 +38,12 @@ from provisioning.modes import HANDOVER_MARKER, REPAIR_MARKER
 from provisioning.repair import repair
 
 KEY = "web:handover-demo"
-OTHER_UID = 65530  # an account nothing on a test host uses
-T = TypeVar("T")
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(os.lstat(path).st_mode)
-
-
-def owner(path: Path) -> tuple[int, int]:
-    st = os.lstat(path)
-    return st.st_uid, st.st_gid
-
-
-def write(path: Path, m: int, data: str = "x") -> Path:
-    """A file as a root run under isolation off leaves it (uid 0), with exact mode ``m``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(data)
-    os.chmod(path, m)
-    return path
-
-
-def mkdir(path: Path, m: int) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, m)
-    return path
-
-
-def bounded(fn: Callable[[], T], timeout: float = 30.0) -> T:
-    """Run ``fn`` in a thread and wait at most ``timeout`` seconds (a FIFO opened would hang)."""
-    out: list[T] = []
-    err: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            out.append(fn())
-        except BaseException as exc:
-            err.append(exc)
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), f"still running after {timeout} s (blocked opening something?)"
-    if err:
-        raise err[0]
-    return out[0]
+SLACK_KEY = "slack:T0TRY:C0TRY:1764669600.000100"  # a conversation tried out with isolation off
 
 
 @pytest.fixture(autouse=True)
 def umask_022() -> Iterator[None]:
-    """Directories ``write`` makes for its parents are 0755, as the modes below expect."""
+    """Directories ``make`` makes for a file's parents are 0755, as the modes below expect."""
     old = os.umask(0o022)
     yield
     os.umask(old)
@@ -119,21 +84,21 @@ def test_everything_the_gateway_left_changes_hands_with_exact_modes(
 ) -> None:
     h = trial.path
     assert owner(h) == (0, info.operator_gid) and mode(h) == 0o700
-    transcript = write(h / "history" / "conversation.json", 0o600)
-    loose = write(h / "workspace" / "notes.txt", 0o666)
-    group_read = write(h / "workspace" / "report.txt", 0o640)
-    tool = write(h / "workspace" / "bin" / "tool", 0o4755)  # setuid root: must not survive
-    sgid_tool = write(h / "workspace" / "bin" / "sgid", 0o2775)
+    transcript = make(h / "history" / "conversation.json", 0o600)
+    loose = make(h / "workspace" / "notes.txt", 0o666)
+    group_read = make(h / "workspace" / "report.txt", 0o640)
+    tool = make(h / "workspace" / "bin" / "tool", 0o4755)  # setuid root: must not survive
+    sgid_tool = make(h / "workspace" / "bin" / "sgid", 0o2775)
     private_dir = mkdir(h / "workspace" / "private", 0o700)
     open_dir = mkdir(h / "workspace" / "open", 0o777)
-    deep = write(open_dir / "a" / "b" / "c" / "leaf", 0o604)
-    secret_key = write(h / "gnupg" / "private-keys-v1.d" / "k.key", 0o600)
-    ssh_key = write(h / "workspace" / ".ssh" / "id_ed25519", 0o600)
-    memory = write(h / "memory" / "notes" / "facts.md", 0o600)
+    deep = make(open_dir / "a" / "b" / "c" / "leaf", 0o604)
+    secret_key = make(h / "gnupg" / "private-keys-v1.d" / "k.key", 0o600)
+    ssh_key = make(h / "workspace" / ".ssh" / "id_ed25519", 0o600)
+    memory = make(h / "memory" / "notes" / "facts.md", 0o600)
     notes_dir = h / "memory" / "notes"
     os.chmod(notes_dir, 0o700)
-    agent = write(h / "agents" / "default" / "agent.json", 0o644)
-    run_script = write(h / "history" / "run.sh", 0o700)
+    agent = make(h / "agents" / "default" / "agent.json", 0o644)
+    run_script = make(h / "history" / "run.sh", 0o700)
     caplog.set_level(logging.INFO, logger="provisioning.handover")
 
     home = isolate(info, registry)
@@ -188,11 +153,11 @@ def test_a_hard_link_to_a_root_file_outside_stays_root_and_is_named(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    outside = write(tmp_path / "outside" / "shadow", 0o600, "root:secret\n")
+    outside = make(tmp_path / "outside" / "shadow", 0o600, "root:secret\n")
     before = os.lstat(outside)
     linked = trial.path / "workspace" / "shadow"
     os.link(outside, linked)  # what a root run could do under isolation off
-    inner = write(trial.path / "workspace" / "one", 0o600)
+    inner = make(trial.path / "workspace" / "one", 0o600)
     os.link(inner, trial.path / "workspace" / "two")  # both names inside: still left
     caplog.set_level(logging.INFO, logger="provisioning.handover")
 
@@ -211,12 +176,7 @@ def test_a_hard_link_to_a_root_file_outside_stays_root_and_is_named(
     assert any(str(inner) in m or str(trial.path / "workspace" / "two") in m for m in warned)
     assert any("3 hard-linked" in r.getMessage() for r in caplog.records), caplog.text
     # and the account really cannot read it
-    ident = [f"--reuid={home.account.uid}", f"--regid={home.account.gid}", "--clear-groups"]
-    done = subprocess.run(
-        ["setpriv", *ident, "--", "cat", str(linked)],
-        capture_output=True,
-        timeout=30,
-    )
+    done = as_uid(home.account.uid, home.account.gid, "cat", str(linked), timeout=30)
     assert done.returncode != 0
 
 
@@ -227,7 +187,7 @@ def test_a_link_to_etc_is_not_followed(
     etc = os.lstat("/etc")
     passwd = os.lstat("/etc/passwd")
     outside = mkdir(tmp_path / "outside", 0o755)
-    victim = write(outside / "victim", 0o644)
+    victim = make(outside / "victim", 0o644)
     (trial.path / "workspace" / "etc").symlink_to("/etc")
     (trial.path / "workspace" / "outside").symlink_to(outside)
     (trial.path / "workspace" / "victim").symlink_to(victim)
@@ -248,7 +208,7 @@ def test_a_fifo_does_not_hang_the_walk_and_stays_the_gateways(
     fifo = trial.path / "workspace" / "pipe"
     os.mkfifo(fifo)  # nobody opens its other end: opening it would hang
     os.chmod(fifo, 0o600)
-    after_it = write(trial.path / "workspace" / "z-after", 0o600)
+    after_it = make(trial.path / "workspace" / "z-after", 0o600)
     caplog.set_level(logging.INFO, logger="provisioning.handover")
 
     home = bounded(lambda: isolate(info, registry), timeout=30)
@@ -261,13 +221,13 @@ def test_a_fifo_does_not_hang_the_walk_and_stays_the_gateways(
 def test_another_uids_entries_are_untouched(
     info: RootInfo, registry: AccountRegistry, trial: Home
 ) -> None:
-    theirs = write(trial.path / "workspace" / "theirs", 0o666)
+    theirs = make(trial.path / "workspace" / "theirs", 0o666)
     os.chown(theirs, OTHER_UID, OTHER_UID)
     os.chmod(theirs, 0o4766)
     their_dir = mkdir(trial.path / "workspace" / "their-dir", 0o777)
     os.chown(their_dir, OTHER_UID, OTHER_UID)
     os.chmod(their_dir, 0o777)
-    mine_inside = write(their_dir / "mine", 0o644)
+    mine_inside = make(their_dir / "mine", 0o644)
 
     home = isolate(info, registry)
     assert (owner(theirs), mode(theirs)) == ((OTHER_UID, OTHER_UID), 0o4766)
@@ -283,8 +243,8 @@ def test_another_uids_entries_are_untouched(
 def test_a_handover_with_failures_is_finished_by_the_next_ensure(
     info: RootInfo, registry: AccountRegistry, trial: Home, immutable: list[Path]
 ) -> None:
-    stuck = write(trial.path / "history" / "stuck.json", 0o600)
-    other = write(trial.path / "history" / "other.json", 0o600)
+    stuck = make(trial.path / "history" / "stuck.json", 0o600)
+    other = make(trial.path / "history" / "other.json", 0o600)
     if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True).returncode != 0:
         pytest.skip("chattr +i not supported here")
     immutable.append(stuck)
@@ -309,7 +269,7 @@ class Crash(BaseException):
 def test_a_crash_mid_handover_is_finished_by_the_next_ensure(
     info: RootInfo, registry: AccountRegistry, trial: Home, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    files = [write(trial.path / "history" / f"h{i}.json", 0o600) for i in range(10)]
+    files = [make(trial.path / "history" / f"h{i}.json", 0o600) for i in range(10)]
     real = pinned.chown_entry
     calls = 0
 
@@ -336,7 +296,7 @@ def test_a_crash_mid_handover_is_finished_by_the_next_ensure(
 def test_the_start_repair_marks_and_repair_deep_finishes(
     info: RootInfo, registry: AccountRegistry, trial: Home
 ) -> None:
-    transcript = write(trial.path / "history" / "conversation.json", 0o644)
+    transcript = make(trial.path / "history" / "conversation.json", 0o644)
     account = registry.ensure(trial.name, KEY)  # the account exists, the home not yet given
 
     shallow = repair(info, isolated=True, registry=registry)
@@ -351,25 +311,72 @@ def test_the_start_repair_marks_and_repair_deep_finishes(
     assert not (trial.path / HANDOVER_MARKER).exists()
 
 
+@needs_root
+def test_a_home_made_single_account_is_usable_by_its_account_once_isolated(
+    shared_root: Path, operator_group: OperatorGroup, uid_range: tuple[int, int]
+) -> None:
+    """A root first served as root with ``isolation = "off"`` (README: "To try it without
+    touching the system's accounts ... JAZZ_BRIDGE_ISOLATION=off ./scripts/serve.sh"), then
+    served normally (isolated). Each existing conversation got an account and its home was
+    chowned to it, but everything inside stayed the gateway's (root's, 0600/0700): the
+    conversation's own account could no longer read its transcript or its config.json."""
+    info = init_root(shared_root, operator_group.name)
+    trial = Homes(info, isolated=False).ensure(SLACK_KEY)
+    transcript = trial.path / "history" / "conversation.json"
+    fd = os.open(transcript, os.O_WRONLY | os.O_CREAT, 0o600)  # as a run (uid 0, umask 077)
+    os.write(fd, b'{"messages": []}\n')
+    os.close(fd)
+
+    registry = AccountRegistry(info.layout, info.operator_gid, uid_range)
+    home = Homes(info, isolated=True, registry=registry).ensure(SLACK_KEY)
+    uid, gid = home.account.uid, home.account.gid
+    assert os.lstat(home.path).st_uid == uid  # the home itself was handed over
+
+    for path in (transcript, home.path / "config.json"):
+        done = as_uid(uid, gid, "cat", str(path), timeout=30)
+        st = os.lstat(path)
+        assert done.returncode == 0, (
+            f"{path} is {st.st_uid}:{st.st_gid} {st.st_mode & 0o7777:04o}: the conversation's "
+            f"account (uid {uid}) cannot read it: {done.stderr.strip()}"
+        )
+
+
+@needs_root
+def test_a_hostile_name_left_behind_by_a_handover_is_logged_escaped(
+    shared_root: Path,
+    operator_group: OperatorGroup,
+    uid_range: tuple[int, int],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The handover names what it leaves the gateway's (on a terminal, the log is text),
+    with what a conversation chose shown escaped, never as raw bytes: a forged line or a
+    terminal escape in a name is one printable line of the log."""
+    info = init_root(shared_root, operator_group.name)
+    trial = Homes(info, isolated=False).ensure("web:names-handover")  # isolation off: root's
+    workspace = os.fsencode(trial.path / "workspace")
+    fifo = os.path.join(workspace, HOSTILE_NAME)
+    os.mkfifo(fifo)
+    linked = os.path.join(workspace, b"a\x1b]0;owned\x07")
+    with open(linked, "w") as fh:
+        fh.write("x")
+    os.link(linked, os.path.join(workspace, b"b"))
+    caplog.set_level(logging.INFO, logger="provisioning.handover")
+    registry = AccountRegistry(info.layout, info.operator_gid, uid_range)
+    Homes(info, isolated=True, registry=registry).ensure("web:names-handover")
+    named = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("x\\n  failed: forged line\\x1b[2J\\xff" in m for m in named), named
+    assert any("a\\x1b]0;owned\\x07" in m for m in named), named
+    assert all(m.isprintable() for m in named), named
+
+
 # --- the pinned chown itself --------------------------------------------------------------
-
-_libc = ctypes.CDLL(None, use_errno=True)
-AT_FDCWD = -100
-RENAME_EXCHANGE = 2
-
-
-def exchange(a: bytes, b: bytes) -> None:
-    """Atomically swap two names (renameat2 RENAME_EXCHANGE)."""
-    if _libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), a.decode())
 
 
 @needs_root
 def test_chown_entry_refuses_what_changed_since_it_was_listed(tmp_path: Path) -> None:
     d = mkdir(tmp_path / "d", 0o700)
-    outside = write(tmp_path / "outside", 0o600)
-    f = write(d / "f", 0o600)
+    outside = make(tmp_path / "outside", 0o600)
+    f = make(d / "f", 0o600)
     listed = os.lstat(f)
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -382,7 +389,7 @@ def test_chown_entry_refuses_what_changed_since_it_was_listed(tmp_path: Path) ->
         assert owner(outside) == (0, 0)
         os.unlink(f)
         assert not pinned.chown_entry(fd, "f", OTHER_UID, OTHER_UID, 0o600, listed)  # gone
-        g = write(d / "g", 0o4755)
+        g = make(d / "g", 0o4755)
         assert pinned.chown_entry(fd, "g", OTHER_UID, OTHER_UID, 0o755, os.lstat(g))
         assert (owner(g), mode(g)) == ((OTHER_UID, OTHER_UID), 0o755)
     finally:
@@ -392,14 +399,14 @@ def test_chown_entry_refuses_what_changed_since_it_was_listed(tmp_path: Path) ->
 @needs_root
 def test_directories_swapped_for_links_mid_handover_are_never_followed(tmp_path: Path) -> None:
     outside = mkdir(tmp_path / "outside", 0o700)
-    victims = [write(outside / f"x{i}", 0o600) for i in range(20)]
-    victims.append(write(mkdir(outside / "sub", 0o700) / "y", 0o600))
+    victims = [make(outside / f"x{i}", 0o600) for i in range(20)]
+    victims.append(make(mkdir(outside / "sub", 0o700) / "y", 0o600))
     home = mkdir(tmp_path / "home", 0o700)
     pairs: list[tuple[bytes, bytes]] = []
     for i in range(30):
         v = mkdir(home / f"v{i}", 0o700)
         for j in range(30):
-            write(v / f"f{j}", 0o600)
+            make(v / f"f{j}", 0o600)
         (home / f"l{i}").symlink_to(outside)
         pairs.append((bytes(v), bytes(home / f"l{i}")))
     try:
@@ -452,7 +459,7 @@ def test_a_gateway_home_not_left_as_the_single_account_layout_is_not_adopted(
     info: RootInfo, registry: AccountRegistry, trial: Home, caplog: pytest.LogCaptureFixture
 ) -> None:
     os.chmod(trial.path, 0o755)  # someone changed it: not what isolation off makes (0700)
-    note = write(trial.path / "workspace" / "operator-note", 0o644)
+    note = make(trial.path / "workspace" / "operator-note", 0o644)
     caplog.set_level(logging.INFO, logger="provisioning.handover")
 
     home = isolate(info, registry)

@@ -7,11 +7,11 @@ on the O_PATH descriptor, and chmod of /proc/self/fd/N (older kernels).
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from home_support import mode
 
 from provisioning import pinned
 
@@ -33,16 +33,12 @@ def home(tmp_path: Path) -> Iterator[tuple[Path, int]]:
         os.close(fd)
 
 
-def _mode(path: Path) -> int:
-    return stat.S_IMODE(os.lstat(path).st_mode)
-
-
 def test_changes_the_examined_file(way: str, home: tuple[Path, int]) -> None:
     d, fd = home
     (d / "notes.txt").write_text("x")
     os.chmod(d / "notes.txt", 0o644)
     assert pinned.chmod_entry(fd, "notes.txt", 0o600, os.lstat(d / "notes.txt"))
-    assert _mode(d / "notes.txt") == 0o600
+    assert mode(d / "notes.txt") == 0o600
     if way == "fchmodat2":
         assert pinned._fchmodat2_works is True  # this kernel has it (6.6+)
 
@@ -62,7 +58,7 @@ def test_a_swap_to_a_hard_link_of_another_file_is_left_alone(
     os.link(victim, d / "swap")
     os.replace(d / "swap", d / "notes.txt")
     assert not pinned.chmod_entry(fd, "notes.txt", 0o600, examined)
-    assert _mode(victim) == 0o644
+    assert mode(victim) == 0o644
 
 
 def test_a_swap_to_a_symbolic_link_is_left_alone(
@@ -77,7 +73,7 @@ def test_a_swap_to_a_symbolic_link_is_left_alone(
     os.unlink(d / "notes.txt")
     os.symlink(target, d / "notes.txt")
     assert not pinned.chmod_entry(fd, "notes.txt", 0o600, examined)
-    assert _mode(target) == 0o644
+    assert mode(target) == 0o644
     assert os.path.islink(d / "notes.txt")
 
 
@@ -98,4 +94,4 @@ def test_same_inode_with_another_owner_is_left_alone(way: str, home: tuple[Path,
     os.chown(d / "notes.txt", 65533, 65533)
     os.chmod(d / "notes.txt", 0o644)
     assert not pinned.chmod_entry(fd, "notes.txt", 0o600, examined)
-    assert _mode(d / "notes.txt") == 0o644
+    assert mode(d / "notes.txt") == 0o644

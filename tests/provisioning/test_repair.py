@@ -1,176 +1,22 @@
-"""Entrypoint repair and the deep home walk, against what a conversation can plant."""
+"""The repair of a gateway root (``repair`` at start-up and ``jazz-bridge repair``): the
+root's table of modes and owners, shallow at start and deep on demand, and the homes' deep
+walk it runs (provisioning.walk, tested on its own in test_walk.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
-import stat
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from accounts_support import OperatorGroup, needs_root
+from home_support import make, mode
 
 from provisioning.accounts import AccountRegistry
 from provisioning.homes import Homes
 from provisioning.layout import init_root
 from provisioning.repair import repair
-from provisioning.walk import repair_home_tree
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(os.lstat(path).st_mode)
-
-
-def make(path: Path, m: int, data: str = "x") -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(data)
-    os.chmod(path, m)
-    return path
-
-
-def test_setgid_home_keeps_group_clears_other(tmp_path: Path) -> None:
-    home = tmp_path / "h"
-    home.mkdir()
-    f = make(home / "a.txt", 0o666)
-    x = make(home / "bin" / "tool", 0o755)
-    s = make(home / "suid", 0o4755)
-    d = home / "deep" / "er"
-    d.mkdir(parents=True)
-    os.chmod(home / "deep", 0o777)
-    report = repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
-    assert (mode(f), mode(x), mode(s), mode(home / "deep")) == (0o660, 0o750, 0o750, 0o770)
-    assert report.failed == 0 and report.changed >= 4
-    assert report.checked >= 7
-
-
-def test_private_home_clears_group_and_other(tmp_path: Path) -> None:
-    home = tmp_path / "h"
-    home.mkdir()
-    f = make(home / "a.txt", 0o644)
-    x = make(home / "run.sh", 0o755)
-    (home / "d").mkdir()
-    os.chmod(home / "d", 0o750)
-    repair_home_tree(home, setgid_home=False, owner_uid=os.geteuid())
-    assert (mode(f), mode(x), mode(home / "d")) == (0o600, 0o700, 0o700)
-
-
-def test_links_fifos_and_sockets_are_left_alone(tmp_path: Path) -> None:
-    outside = tmp_path / "outside"
-    target = make(outside / "precious", 0o666)
-    make(outside / "dir" / "inner", 0o666)
-    home = tmp_path / "h"
-    home.mkdir()
-    (home / "to-file").symlink_to(target)
-    (home / "to-dir").symlink_to(outside / "dir")
-    os.mkfifo(home / "fifo")
-    os.chmod(home / "fifo", 0o666)
-    sock = socket.socket(socket.AF_UNIX)
-    sock.bind(str(home / "sock"))
-    os.chmod(home / "sock", 0o777)
-    result: list[object] = []
-    t = threading.Thread(
-        target=lambda: result.append(
-            repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
-        )
-    )
-    t.start()
-    t.join(timeout=20)
-    sock.close()
-    assert not t.is_alive(), "the walk hung (opened a FIFO?)"
-    assert mode(target) == 0o666
-    assert mode(outside / "dir" / "inner") == 0o666
-    assert mode(home / "fifo") == 0o666
-    assert mode(home / "sock") == 0o777
-
-
-@needs_root
-def test_other_accounts_files_and_their_hard_links_are_untouched(tmp_path: Path) -> None:
-    home = tmp_path / "h"
-    home.mkdir()
-    theirs = make(home / "theirs", 0o666)
-    os.chown(theirs, 65534, 65534)
-    elsewhere = make(tmp_path / "elsewhere", 0o666)
-    os.chown(elsewhere, 65534, 65534)
-    os.link(elsewhere, home / "hardlink")
-    repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
-    assert mode(theirs) == 0o666
-    assert mode(elsewhere) == 0o666
-
-
-SWAPPER = """
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-AT_FDCWD, RENAME_EXCHANGE = -100, 2
-home, outside, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-for i in range(n):
-    os.symlink(outside, f"{home}/l{i}")
-pairs = [(f"{home}/v{i}".encode(), f"{home}/l{i}".encode()) for i in range(n)]
-stop = os.path.join(home, "..", "stop-swapping")
-print("ready", flush=True)
-while not os.path.exists(stop):
-    for _ in range(50):
-        for a, b in pairs:
-            # atomically exchange the directory and a link to outside: always one or the other
-            libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE)
-"""
-
-
-def test_a_directory_swapped_for_a_link_mid_walk_is_not_followed(tmp_path: Path) -> None:
-    """A real race: another process keeps exchanging directories and links (renameat2)."""
-    outside = tmp_path / "outside"
-    victims = [make(outside / f"x{i}", 0o666) for i in range(20)]
-    home = tmp_path / "h"
-    n = 100
-    for i in range(n):
-        make(home / f"v{i}" / "inside", 0o666)
-    swapper = subprocess.Popen(
-        [sys.executable, "-c", SWAPPER, str(home), str(outside), str(n)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert swapper.stdout is not None and swapper.stdout.readline().strip() == "ready"
-        for _ in range(30):
-            repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid(), force=True)
-    finally:
-        (tmp_path / "stop-swapping").touch()
-        swapper.wait(timeout=20)
-    assert all(mode(v) == 0o666 for v in victims), "the walk followed a swapped link"
-
-
-def test_marker_written_once_and_honoured(tmp_path: Path) -> None:
-    home = tmp_path / "h"
-    home.mkdir()
-    make(home / "a", 0o666)
-    first = repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
-    marker = home / ".permissions-repaired"
-    assert not first.skipped_by_marker and marker.is_file()
-    assert json.loads(marker.read_text())["version"] == 1
-    b = make(home / "b", 0o666)
-    second = repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
-    assert second.skipped_by_marker and second.checked == 0
-    assert mode(b) == 0o666
-    third = repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid(), force=True)
-    assert not third.skipped_by_marker and mode(b) == 0o660
-
-
-def test_marker_not_written_when_the_walk_failed(tmp_path: Path) -> None:
-    home = tmp_path / "h"
-    home.mkdir()
-    f = make(home / "immutable", 0o666)
-    if subprocess.run(["chattr", "+i", str(f)], capture_output=True).returncode != 0:
-        import pytest
-
-        pytest.skip("chattr +i is not supported on this filesystem")
-    try:
-        report = repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
-    finally:
-        subprocess.run(["chattr", "-i", str(f)], check=False)
-    assert report.failed == 1 and "immutable" in report.errors[0]
-    assert not (home / ".permissions-repaired").exists()
 
 
 @needs_root

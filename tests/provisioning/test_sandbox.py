@@ -1,19 +1,25 @@
-"""The run identity: uid, no supplementary groups, umask, session, allowlisted environment."""
+"""The run identity: uid, no supplementary groups, umask, session, allowlisted environment,
+and the working directory a run starts in."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from accounts_support import OperatorGroup, needs_root
+from home_support import NOBODY, REPO, as_nobody, as_uid
 
+from bridge.config import load_settings
 from provisioning.accounts import AccountRegistry
 from provisioning.errors import IsolationUnavailable
 from provisioning.homes import Homes
 from provisioning.layout import init_root
 from provisioning.sandbox import (
+    DEFAULT_ENV_ALLOWLIST,
     RunIdentity,
     build_env,
     probe_env,
@@ -104,6 +110,52 @@ def test_environment_is_an_allowlist_without_secrets(tmp_path: Path) -> None:
     assert "JAZZ_BRIDGE_SLACK__BOT_TOKEN" not in env
 
 
+TOKEN = "123456:AAE-the-bot-token-of-the-gateway"
+
+
+def test_a_lower_case_gateway_variable_never_reaches_a_run(tmp_path: Path) -> None:
+    """A run's environment never holds the gateway's secrets, "whatever an allowlist says".
+
+    The configuration reads ``JAZZ_BRIDGE_*`` names case-insensitively (pydantic-settings,
+    ``case_sensitive=False``), so ``jazz_bridge_telegram__token=...`` configures the bot
+    token; the deny list that kept the gateway's variables from a run matched
+    case-sensitively, so with a broad ``runner.env_passthrough`` (globs are allowed:
+    ``["*"]``) that spelling of the token reached the agent's run."""
+    environ = {
+        "PATH": "/usr/bin:/bin",
+        "jazz_bridge_telegram__token": TOKEN,
+        "JAZZ_BRIDGE_OPS__TOKEN": "an-ops-token-for-the-env-test",
+    }
+    # the gateway does take it as its configuration: it is the ops token here
+    settings = load_settings(
+        None, environ={"PATH": "/usr/bin:/bin", "jazz_bridge_ops__token": TOKEN}
+    )
+    assert settings.ops.token is not None and settings.ops.token.get_secret_value() == TOKEN
+
+    info = init_root(tmp_path / "r")
+    home = Homes(info, isolated=False).ensure("web:env")
+    identity = run_identity(
+        home,
+        surface="web",
+        environ=environ,
+        allowlist=(*DEFAULT_ENV_ALLOWLIST, "*"),  # runner.env_passthrough = ["*"]
+    )
+    workdir = identity.open_workdir()
+    try:
+        done = subprocess.run(
+            identity.command(["/usr/bin/env"]),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            **identity.popen_kwargs(workdir),
+        )
+    finally:
+        os.close(workdir)
+    assert done.returncode == 0, done.stderr
+    assert "JAZZ_BRIDGE_OPS__TOKEN" not in done.stdout  # the upper-case name is kept out
+    assert TOKEN not in done.stdout, [line for line in done.stdout.splitlines() if TOKEN in line]
+
+
 # what the released Jazz CLI (0.14.2) reads besides the long-known providers
 RELEASED_CLI_ENV = {
     "LLAMACPP_BASE_URL": "http://127.0.0.1:8080",
@@ -156,3 +208,118 @@ def test_isolation_modes() -> None:
         assert resolve_isolation("auto") is False
         with pytest.raises(IsolationUnavailable, match="needs root"):
             resolve_isolation("on")
+
+
+@needs_root
+def test_isolation_on_without_root_is_refused(nobody_dir: Path) -> None:
+    out = as_nobody(
+        sys.executable,
+        "-m",
+        "bridge.cli",
+        "homes",
+        "ensure",
+        "web:x",
+        "--root",
+        str(nobody_dir / "root"),
+        cwd=nobody_dir,
+    )
+    assert out.returncode == 0
+    env_on = as_uid(
+        NOBODY,
+        NOBODY,
+        sys.executable,
+        "-m",
+        "bridge.cli",
+        "homes",
+        "ensure",
+        "web:x",
+        "--root",
+        str(nobody_dir / "root"),
+        cwd=nobody_dir,
+        env={"PATH": "/usr/bin:/bin", "JAZZ_BRIDGE_ISOLATION": "on"},
+    )
+    assert env_on.returncode == 2
+    assert "needs root" in env_on.stderr
+
+
+# A run's working directory is entered through /proc/self/fd/N, never /proc/<gateway pid>/fd/N:
+# the child is a different process, so the kernel checks whether it may look at the
+# gateway's descriptors (a ptrace "read" check: the gateway must be dumpable, or the child
+# needs CAP_SYS_PTRACE, which the systemd unit drops), and the pid is only right when /proc
+# belongs to the gateway's pid namespace. /proc/self/fd/N works in both cases: the child
+# still holds the (close-on-exec) descriptor when it changes directory, before exec closes
+# it. Each case runs a small gateway in its own process and starts ``pwd -P`` the way
+# ``bridge/runner/cli.py`` starts a run: ``open_workdir`` then ``popen_kwargs(workdir)``.
+
+CWD_GATEWAY = r"""
+import ctypes, os, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from provisioning.homes import Homes
+from provisioning.layout import init_root
+from provisioning.sandbox import run_identity
+
+if sys.argv[2] == "not-dumpable":
+    # what a gateway started with file capabilities (AT_SECURE), from an execute-only
+    # interpreter, or after a credential change is: not dumpable
+    assert ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+info = init_root(Path(sys.argv[1]))
+home = Homes(info, isolated=False).ensure("web:cwd-probe")
+ident = run_identity(home, surface="web", environ={"PATH": "/usr/bin:/bin"})
+fd = ident.open_workdir()
+try:
+    kwargs = ident.popen_kwargs(fd)
+    proc = subprocess.run(
+        ident.command(["pwd", "-P"]), capture_output=True, text=True, timeout=20, **kwargs
+    )
+    print("CWD", proc.stdout.strip())
+except OSError as exc:
+    print("START-FAILED", kwargs["cwd"], exc)
+finally:
+    os.close(fd)
+print("WANT", os.path.realpath(home.path / "workspace"))
+"""
+
+
+def _gateway(argv_prefix: list[str], root: Path, case: str, cwd: Path) -> tuple[str, str]:
+    proc = subprocess.run(
+        [*argv_prefix, sys.executable, "-c", CWD_GATEWAY, str(root), case, str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    want = next(line[5:] for line in lines if line.startswith("WANT "))
+    got = next(line for line in lines if line.startswith(("CWD ", "START-FAILED ")))
+    return got, want
+
+
+@needs_root
+def test_a_single_account_gateway_that_is_not_dumpable_still_starts_runs_in_the_workspace(
+    nobody_dir: Path,
+) -> None:
+    """Single-account mode (the gateway is nobody, its runs are nobody): a gateway that is
+    not dumpable. Its child (same uid, no CAP_SYS_PTRACE) may not follow the gateway's
+    /proc/<pid>/fd/N, so every run fails to start ("Permission denied", reported by the
+    runner as "check runner.command")."""
+    nobody = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "--"]
+    got, want = _gateway(nobody, nobody_dir / "root", "not-dumpable", nobody_dir)
+    assert got == f"CWD {want}"
+
+
+@needs_root
+def test_a_gateway_in_its_own_pid_namespace_starts_runs_in_the_workspace(tmp_path: Path) -> None:
+    """A gateway in a pid namespace of its own that sees the host's /proc (``unshare
+    --pid --fork`` without remounting /proc; some sandboxes and CI runners): its pid is 1
+    there, and /proc/1 is another process (the host's init), whose fd N is not the
+    workspace. /proc/self is right in every namespace."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed")
+    check = subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True, timeout=30)
+    if check.returncode != 0:
+        pytest.skip(f"cannot make a pid namespace here: {check.stderr[-200:]!r}")
+    got, want = _gateway(["unshare", "--pid", "--fork", "--"], tmp_path / "root", "plain", tmp_path)
+    assert got == f"CWD {want}"

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import stat
-import subprocess
 from pathlib import Path
 
 import pytest
 from accounts_support import OperatorGroup, needs_root
+from home_support import as_uid, mode, owner
 
 from provisioning import pinned
 from provisioning.accounts import AccountRegistry
@@ -24,15 +23,6 @@ from provisioning.modes import TEMPLATE_MARKER
 
 CONFIG = {"llm": {"provider": "openai", "model": "gpt-test"}}
 AGENT = {"id": "default", "name": "Default", "model": "gpt-test"}
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(os.lstat(path).st_mode)
-
-
-def owner(path: Path) -> tuple[int, int]:
-    st = os.lstat(path)
-    return st.st_uid, st.st_gid
 
 
 def make_template(base: Path) -> Path:
@@ -256,14 +246,6 @@ def test_rename_noreplace_never_replaces(tmp_path: Path) -> None:
     assert not (tmp_path / "free-src").exists()
 
 
-def _as(uid: int, gid: int, *argv: str, init_groups: str | None = None) -> int:
-    ident = ["--init-groups"] if init_groups else ["--clear-groups"]
-    return subprocess.run(
-        ["setpriv", "--reuid", str(uid), "--regid", str(gid), *ident, "--", *argv],
-        capture_output=True,
-    ).returncode
-
-
 def _isolated(info: RootInfo, uid_range: tuple[int, int], tpl: Path) -> Homes:
     registry = AccountRegistry(info.layout, info.operator_gid, uid_range)
     return Homes(info, isolated=True, registry=registry, template=tpl)
@@ -289,13 +271,13 @@ def test_isolated_copies_are_the_accounts_with_the_operator_group(
     assert not os.path.lexists(h / TEMPLATE_MARKER)
     # the conversation's own account reads what its runs need; an operator reads the agent
     agent = str(h / "agents" / "default.json")
-    assert _as(acct.uid, acct.gid, "cat", str(h / "config.json")) == 0
-    assert _as(acct.uid, acct.gid, "cat", agent) == 0
-    assert _as(acct.uid, acct.gid, str(h / "skills" / "run.sh")) == 0
-    assert _as(op.member_uid, op.gid, "cat", agent, init_groups=op.member) == 0
+    assert as_uid(acct.uid, acct.gid, "cat", str(h / "config.json")).returncode == 0
+    assert as_uid(acct.uid, acct.gid, "cat", agent).returncode == 0
+    assert as_uid(acct.uid, acct.gid, str(h / "skills" / "run.sh")).returncode == 0
+    assert as_uid(op.member_uid, op.gid, "cat", agent, init_groups=True).returncode == 0
     # another conversation cannot
     other = _isolated(info, uid_range, tpl).ensure("web:isolated-other")
-    assert _as(other.account.uid, other.account.gid, "cat", agent) != 0
+    assert as_uid(other.account.uid, other.account.gid, "cat", agent).returncode != 0
 
 
 @needs_root
@@ -311,14 +293,14 @@ def test_isolated_seeding_never_follows_a_link_the_conversation_planted(
     outside.mkdir(mode=0o700)
     # the conversation (its own account) swaps agents/ for a link; a seeding is resumed
     (h / "agents" / "default.json").unlink()
-    rc = _as(
+    rc = as_uid(
         home.account.uid,
         home.account.gid,
         "sh",
         "-c",
         f"mv {h}/agents {h}/agents.old && ln -s {outside} {h}/agents",
     )
-    assert rc == 0
+    assert rc.returncode == 0
     fd = os.open(h / TEMPLATE_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.close(fd)
     homes.ensure("web:isolated-planted")

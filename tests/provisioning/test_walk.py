@@ -1,4 +1,6 @@
-"""The deep home walk (provisioning.walk) on real files: the rule, what it leaves alone, races.
+"""The deep home walk (provisioning.walk) on real files: the rule, what it leaves alone, races,
+the marker, and names a conversation chose shown escaped in what it reports. Trees deeper than
+its descriptors are in test_walk_depth.py.
 
 Tests that need root (chown to another uid, device nodes, ``chattr +i``) are skipped
 without it; the others make no root assumptions.
@@ -6,82 +8,32 @@ without it; the others make no root assumptions.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import resource
 import socket
 import stat
 import subprocess
+import sys
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
+from accounts_support import IS_ROOT
+from home_support import HOSTILE_NAME, OTHER_UID, bounded, exchange, make, mkdir, mode, walk
 
 from provisioning.errors import UnsafePathError
+from provisioning.homes import Homes
+from provisioning.layout import init_root
 from provisioning.modes import REPAIR_MARKER
-from provisioning.walk import FD_BUDGET, MAX_DEPTH, TreeWalk, WalkReport, repair_home_tree
+from provisioning.walk import MAX_DEPTH, TreeWalk, WalkReport, repair_home_tree
 
-IS_ROOT = os.geteuid() == 0
 root_only = pytest.mark.skipif(not IS_ROOT, reason="needs root (chown, mknod, chattr)")
-OTHER_UID = 65530  # an account nothing on a test host uses
 ME = os.geteuid()
-T = TypeVar("T")
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(os.lstat(path).st_mode)
-
-
-def make(path: Path, m: int, data: str = "x") -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(data)
-    os.chmod(path, m)
-    return path
-
-
-def mkdir(path: Path, m: int) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, m)
-    return path
-
-
-def walk(home: Path, *, setgid: bool = True, force: bool = False) -> WalkReport:
-    return repair_home_tree(home, setgid_home=setgid, owner_uid=ME, force=force)
-
-
-def in_thread(fn: Callable[[], T], timeout: float = 20.0) -> T:
-    """Run ``fn`` in a thread and wait at most ``timeout`` seconds for it."""
-    out: list[T] = []
-    err: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            out.append(fn())
-        except BaseException as exc:
-            err.append(exc)
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), f"still running after {timeout} s (blocked opening something?)"
-    if err:
-        raise err[0]
-    return out[0]
 
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     return mkdir(tmp_path / "home", 0o750)
-
-
-@pytest.fixture
-def deep_cleanup(tmp_path: Path) -> Iterator[None]:
-    """Trees deeper than PATH_MAX: removed with GNU rm (pytest's rmtree recurses)."""
-    yield
-    subprocess.run(["rm", "-rf", "--", str(tmp_path)], check=False, timeout=120)
 
 
 # --- the rule ---------------------------------------------------------------------------
@@ -158,6 +110,32 @@ def test_hard_links_to_the_owners_own_files_are_changed(home: Path, tmp_path: Pa
     assert report.changed == 1
 
 
+def test_setgid_home_keeps_group_clears_other(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    f = make(home / "a.txt", 0o666)
+    x = make(home / "bin" / "tool", 0o755)
+    s = make(home / "suid", 0o4755)
+    d = home / "deep" / "er"
+    d.mkdir(parents=True)
+    os.chmod(home / "deep", 0o777)
+    report = repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
+    assert (mode(f), mode(x), mode(s), mode(home / "deep")) == (0o660, 0o750, 0o750, 0o770)
+    assert report.failed == 0 and report.changed >= 4
+    assert report.checked >= 7
+
+
+def test_private_home_clears_group_and_other(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    f = make(home / "a.txt", 0o644)
+    x = make(home / "run.sh", 0o755)
+    (home / "d").mkdir()
+    os.chmod(home / "d", 0o750)
+    repair_home_tree(home, setgid_home=False, owner_uid=os.geteuid())
+    assert (mode(f), mode(x), mode(home / "d")) == (0o600, 0o700, 0o700)
+
+
 # --- what it leaves alone ---------------------------------------------------------------
 
 
@@ -184,7 +162,7 @@ def test_fifo_and_socket_do_not_block_and_are_left_alone(home: Path) -> None:
     try:
         sock.bind(str(home / "sock"))
         os.chmod(home / "sock", 0o777)
-        report = in_thread(lambda: walk(home), timeout=20)
+        report = bounded(lambda: walk(home), timeout=20)
     finally:
         sock.close()
     assert mode(home / "fifo") == 0o666
@@ -216,7 +194,7 @@ def test_other_accounts_entries_are_untouched(home: Path, tmp_path: Path) -> Non
 def test_devices_are_left_alone(home: Path) -> None:
     os.mknod(home / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     os.chmod(home / "null", 0o666)
-    report = in_thread(lambda: walk(home), timeout=20)
+    report = bounded(lambda: walk(home), timeout=20)
     assert mode(home / "null") == 0o666
     assert report.skipped == 1 and report.failed == 0
 
@@ -231,18 +209,50 @@ def test_a_home_that_is_a_link_or_missing_is_refused(tmp_path: Path) -> None:
         walk(tmp_path / "missing")
 
 
+def test_links_fifos_and_sockets_are_left_alone(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    target = make(outside / "precious", 0o666)
+    make(outside / "dir" / "inner", 0o666)
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "to-file").symlink_to(target)
+    (home / "to-dir").symlink_to(outside / "dir")
+    os.mkfifo(home / "fifo")
+    os.chmod(home / "fifo", 0o666)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(home / "sock"))
+    os.chmod(home / "sock", 0o777)
+    result: list[object] = []
+    t = threading.Thread(
+        target=lambda: result.append(
+            repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
+        )
+    )
+    t.start()
+    t.join(timeout=20)
+    sock.close()
+    assert not t.is_alive(), "the walk hung (opened a FIFO?)"
+    assert mode(target) == 0o666
+    assert mode(outside / "dir" / "inner") == 0o666
+    assert mode(home / "fifo") == 0o666
+    assert mode(home / "sock") == 0o777
+
+
+@root_only
+def test_other_accounts_files_and_their_hard_links_are_untouched(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    theirs = make(home / "theirs", 0o666)
+    os.chown(theirs, 65534, 65534)
+    elsewhere = make(tmp_path / "elsewhere", 0o666)
+    os.chown(elsewhere, 65534, 65534)
+    os.link(elsewhere, home / "hardlink")
+    repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
+    assert mode(theirs) == 0o666
+    assert mode(elsewhere) == 0o666
+
+
 # --- the race: a directory swapped for a link while the walk runs ------------------------
-
-_libc = ctypes.CDLL(None, use_errno=True)
-AT_FDCWD = -100
-RENAME_EXCHANGE = 2
-
-
-def exchange(a: bytes, b: bytes) -> None:
-    """Atomically swap two names (renameat2 RENAME_EXCHANGE): always one or the other."""
-    if _libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), a.decode())
 
 
 def test_a_directory_swapped_for_a_link_mid_walk_is_never_followed(tmp_path: Path) -> None:
@@ -293,117 +303,45 @@ def test_a_directory_swapped_for_a_link_mid_walk_is_never_followed(tmp_path: Pat
     assert total_swaps > 0, "the swapper never ran while a walk did"
 
 
-# --- depth and descriptors --------------------------------------------------------------
+SWAPPER = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, RENAME_EXCHANGE = -100, 2
+home, outside, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for i in range(n):
+    os.symlink(outside, f"{home}/l{i}")
+pairs = [(f"{home}/v{i}".encode(), f"{home}/l{i}".encode()) for i in range(n)]
+stop = os.path.join(home, "..", "stop-swapping")
+print("ready", flush=True)
+while not os.path.exists(stop):
+    for _ in range(50):
+        for a, b in pairs:
+            # atomically exchange the directory and a link to outside: always one or the other
+            libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE)
+"""
 
 
-def make_deep(top: Path, depth: int, dir_mode: int = 0o777) -> None:
-    """``depth`` nested directories ``d`` below ``top``, a 0666 file ``leaf`` at the bottom."""
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+def test_a_directory_swapped_for_a_link_mid_walk_is_not_followed(tmp_path: Path) -> None:
+    """A real race: another process keeps exchanging directories and links (renameat2)."""
+    outside = tmp_path / "outside"
+    victims = [make(outside / f"x{i}", 0o666) for i in range(20)]
+    home = tmp_path / "h"
+    n = 100
+    for i in range(n):
+        make(home / f"v{i}" / "inside", 0o666)
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(home), str(outside), str(n)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        for _ in range(depth):
-            os.mkdir("d", dir_fd=fd)
-            os.chmod("d", dir_mode, dir_fd=fd)
-            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        os.close(os.open("leaf", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
-        os.chmod("leaf", 0o666, dir_fd=fd)
+        assert swapper.stdout is not None and swapper.stdout.readline().strip() == "ready"
+        for _ in range(30):
+            repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid(), force=True)
     finally:
-        os.close(fd)
-
-
-def modes_down(top: Path, depth: int) -> tuple[list[int], int]:
-    """Modes of the ``depth`` nested directories and of the leaf, read through descriptors."""
-    out: list[int] = []
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(depth):
-            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = child
-            out.append(stat.S_IMODE(os.fstat(fd).st_mode))
-        leaf = stat.S_IMODE(os.stat("leaf", dir_fd=fd, follow_symlinks=False).st_mode)
-    finally:
-        os.close(fd)
-    return out, leaf
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def test_a_deep_tree_is_walked_within_a_few_descriptors(home: Path, deep_cleanup: None) -> None:
-    depth = 600  # far more levels than the descriptor limit set below
-    make_deep(home, depth)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    limit = open_fds() + FD_BUDGET + 16
-    assert limit < depth
-    before = open_fds()
-    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
-    try:
-        report = walk(home)
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    assert report.failed == 0, report.errors
-    assert report.checked == 1 + depth + 1
-    dirs, leaf = modes_down(home, depth)
-    assert dirs == [0o770] * depth and leaf == 0o660
-    assert open_fds() == before  # every descriptor closed again
-
-
-def test_directories_moved_under_a_deep_walk_never_break_it(home: Path) -> None:
-    """A real race on the parked levels: level 6 keeps moving out of level 5 and back.
-
-    Whatever the walk meets (a name gone, a parked parent no longer its child's ``..``) is
-    a failure it counts, never an exception nor a leaked descriptor, and once the mover
-    stops a walk repairs everything.
-    """
-    depth = FD_BUDGET + 60
-    make_deep(home, depth)
-    level5 = home.joinpath(*["d"] * 5)
-    elsewhere = mkdir(home / "elsewhere", 0o700)
-    before = open_fds()
-    messages: list[str] = []
-    for _round in range(30):
-        out: list[WalkReport] = []
-        err: list[BaseException] = []
-
-        def target(out: list[WalkReport] = out, err: list[BaseException] = err) -> None:
-            try:
-                out.append(walk(home, force=True))
-            except BaseException as exc:
-                err.append(exc)
-
-        t = threading.Thread(target=target, daemon=True)
-        t.start()
-        moves = 0
-        while t.is_alive() and moves < 100_000:
-            os.rename(level5 / "d", elsewhere / "d")
-            os.rename(elsewhere / "d", level5 / "d")
-            moves += 1
-        t.join(timeout=20)
-        assert not t.is_alive(), "the walk did not finish"
-        assert not err, err
-        messages += out[0].errors
-    assert open_fds() == before
-    allowed = ("moved during the walk", "No such file")
-    assert all(any(a in m for a in allowed) for m in messages), messages
-    final = walk(home, force=True)
-    assert final.failed == 0, final.errors
-    dirs, leaf = modes_down(home, depth)
-    assert dirs == [0o770] * depth and leaf == 0o660
-
-
-def test_deeper_than_the_limit_is_refused_and_counted(home: Path, deep_cleanup: None) -> None:
-    depth = MAX_DEPTH + 2
-    make_deep(home, depth)
-    report = walk(home)
-    assert report.failed == 1
-    assert "deeper than" in report.errors[0]
-    dirs, leaf = modes_down(home, depth)
-    assert dirs[:MAX_DEPTH] == [0o770] * MAX_DEPTH  # everything down to the limit repaired
-    assert dirs[MAX_DEPTH:] == [0o777, 0o777] and leaf == 0o666  # below it: not walked
-    assert not (home / REPAIR_MARKER).exists()  # a walk with failures leaves no marker
+        (tmp_path / "stop-swapping").touch()
+        swapper.wait(timeout=20)
+    assert all(mode(v) == 0o666 for v in victims), "the walk followed a swapped link"
 
 
 # --- the marker -------------------------------------------------------------------------
@@ -456,7 +394,7 @@ def test_a_marker_hard_linked_elsewhere_is_replaced_not_truncated(
 
 def test_a_marker_fifo_is_replaced_without_blocking(home: Path) -> None:
     os.mkfifo(home / REPAIR_MARKER)
-    report = in_thread(lambda: walk(home), timeout=20)
+    report = bounded(lambda: walk(home), timeout=20)
     assert report.failed == 0
     assert stat.S_ISREG(os.lstat(home / REPAIR_MARKER).st_mode)
 
@@ -503,6 +441,87 @@ def test_merge_and_error_cap() -> None:
     a.merge(WalkReport(checked=10, changed=20, skipped=30, failed=40, errors=["y"] * 10))
     assert a.as_dict() == {"checked": 11, "changed": 22, "skipped": 33, "failed": 44}
     assert a.errors == ["x"] * 49 + ["y"]
+
+
+def test_the_permissions_repaired_marker_spares_the_next_walk_until_forced(
+    tmp_path: Path,
+) -> None:
+    """The marker by its name on disk, in a home made with the test's umask."""
+    home = tmp_path / "h"
+    home.mkdir()
+    make(home / "a", 0o666)
+    first = repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
+    marker = home / ".permissions-repaired"
+    assert not first.skipped_by_marker and marker.is_file()
+    assert json.loads(marker.read_text())["version"] == 1
+    b = make(home / "b", 0o666)
+    second = repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
+    assert second.skipped_by_marker and second.checked == 0
+    assert mode(b) == 0o666
+    third = repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid(), force=True)
+    assert not third.skipped_by_marker and mode(b) == 0o660
+
+
+def test_marker_not_written_when_the_walk_failed(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    f = make(home / "immutable", 0o666)
+    if subprocess.run(["chattr", "+i", str(f)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported on this filesystem")
+    try:
+        report = repair_home_tree(home, setgid_home=True, owner_uid=os.geteuid())
+    finally:
+        subprocess.run(["chattr", "-i", str(f)], check=False)
+    assert report.failed == 1 and "immutable" in report.errors[0]
+    assert not (home / ".permissions-repaired").exists()
+
+
+# --- names a conversation chose, in the walk's messages -------------------------------------
+
+
+def _too_deep_under(parent: Path, first: bytes) -> None:
+    """``first`` then plain levels, deeper than the walk goes (so the walk fails there)."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in [first] + [b"d"] * (MAX_DEPTH + 1):
+            os.mkdir(name, dir_fd=fd)
+            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+
+
+def test_a_hostile_name_is_escaped_in_repair_output(tmp_path: Path, deep_cleanup: None) -> None:
+    """``jazz-bridge repair`` prints each failure with its path: one under a directory the
+    conversation named with a newline and a terminal escape (``x\\n  failed: ...\\x1b[2J``)
+    printed a forged failure line of the agent's choosing and cleared the operator's
+    terminal. The walk's messages show such characters escaped (``\\n``, ``\\x1b``,
+    ``\\xff``), so one failure is one line, and what it names can be found."""
+    root = tmp_path / "r"
+    info = init_root(root)
+    home = Homes(info, isolated=False).ensure("web:names")
+    _too_deep_under(home.path / "workspace", HOSTILE_NAME)
+
+    report = repair_home_tree(home.path, setgid_home=False, owner_uid=os.geteuid(), force=True)
+    assert report.failed == 1
+    (error,) = report.errors
+    assert error.isprintable(), error
+    assert "x\\n  failed: forged line\\x1b[2J\\xff/d/" in error
+
+    out = subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "repair", "--root", str(root), "--deep"],
+        env={**os.environ, "JAZZ_BRIDGE_ISOLATION": "off"},
+        capture_output=True,
+        timeout=120,
+    )
+    assert out.returncode == 1, out.stderr
+    lines = out.stdout.decode("utf-8").splitlines()
+    assert [line for line in lines if "failed:" in line and not line.startswith("repaired")] == [
+        line for line in lines if line.startswith("  failed: ")
+    ]
+    assert len([line for line in lines if line.startswith("  failed: ")]) == 1
+    assert b"\x1b" not in out.stdout and b"\xff" not in out.stdout
 
 
 def test_a_directory_removed_after_it_was_listed_is_no_failure(tmp_path: Path) -> None:

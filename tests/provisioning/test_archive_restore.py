@@ -1,4 +1,5 @@
-"""Restoring a damaged archive: it is refused whole and kept, never half-restored.
+"""Restoring a home: a damaged archive is refused whole and kept, never half-restored; what
+comes back never runs as someone else; a restore cut off leaves no copy behind.
 
 The restore deletes the tarball once the home is back, so the tarball is the only copy of
 the home: a restore that takes damaged bytes for the home's (a flipped bit, a stream cut
