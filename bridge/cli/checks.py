@@ -48,12 +48,12 @@ from provisioning.sandbox import (
     setpriv_path,
 )
 
-from . import rules
-from .config import CoreSettings
-from .logs import SecretMasker, secret_values
-from .ports import AdapterSpec, DoctorCheck
-from .runner.cli import reference_copy
-from .runner.dialect import CliProfile
+from .. import rules
+from ..config import CoreSettings
+from ..logs import SecretMasker, secret_values
+from ..ports import AdapterSpec, DoctorCheck
+from ..runner.cli import reference_copy
+from ..runner.dialect import CliProfile
 
 PLATFORM_TIMEOUT_S = 30.0
 PROBE_UID = PROBE_GID = 65534  # nobody/nogroup: an identity no account, file or group is made for
@@ -493,7 +493,7 @@ def _served_command(
     """``runner_command`` as serve starts it, and the reference runner's copy if that is it:
     the bundled reference runner is started from its copy under ``<root>/tools/`` (see
     :func:`.runner.cli.default_command`), which serve writes (doctor only reads)."""
-    from . import reference_runner
+    from .. import reference_runner
 
     package = os.path.realpath(reference_runner.__file__)
     if len(runner_command) == 2 and os.path.realpath(runner_command[1]) == package:

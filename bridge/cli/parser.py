@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from provisioning.errors import ProvisioningError
 
-from . import logs
-from .config import CoreSettings, effective_config, load_settings
-from .errors import BridgeError
-from .plugins import load_specs
-from .ports import AdapterSpec
+from .. import logs
+from ..config import CoreSettings, effective_config, load_settings
+from ..errors import BridgeError
+from ..plugins import load_specs
+from ..ports import AdapterSpec
 
 if TYPE_CHECKING:
     from provisioning.layout import Layout
 
-    from .operators import Operators
+    from ..operators import Operators
 
 log = logging.getLogger("jazz_bridge")
 
@@ -196,7 +196,7 @@ def cmd_serve(
 ) -> int:
     from provisioning.layout import Layout
 
-    from .app import lock_root, serve
+    from ..app import lock_root, serve
 
     _refuse_foreign_directory(settings)
     host, port = settings.server.host, settings.server.port
@@ -254,7 +254,7 @@ def cmd_repair(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Ad
     from provisioning.layout import Layout
     from provisioning.repair import repair
 
-    from .app import provision
+    from ..app import provision
 
     layout = Layout(settings.root.absolute())
     # a root's state/ (init and serve make it), or an empty directory made for one
@@ -296,8 +296,8 @@ async def _operators(settings: CoreSettings) -> AsyncIterator[tuple[Operators, L
     from provisioning.layout import Layout
     from provisioning.sandbox import resolve_isolation
 
-    from .operators import Operators
-    from .store import SqliteStore
+    from ..operators import Operators
+    from ..store import SqliteStore
 
     layout = Layout(settings.root.absolute())
     if not layout.database.exists():
@@ -347,7 +347,7 @@ def _print_listing(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None
 def _operator_view(
     args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
 ) -> int:
-    from .operators import parse_since
+    from ..operators import parse_since
 
     def unserved() -> int:  # no database to open: nothing listed, no conversation found
         if args.homes_cmd != "list":
@@ -438,7 +438,7 @@ def _home_path(args: argparse.Namespace, settings: CoreSettings) -> int:
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
-    from .operators import LIST_COLUMNS as cols
+    from ..operators import LIST_COLUMNS as cols
 
     table = [cols] + [[str(r[c]) for c in cols] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
@@ -453,9 +453,9 @@ def _archive_view(args: argparse.Namespace, settings: CoreSettings) -> int:
     from provisioning.archive import is_archived
     from provisioning.layout import Layout
 
-    from .app import provision
-    from .operators import Operators
-    from .store import ConversationRecord, SqliteStore
+    from ..app import provision
+    from ..operators import Operators
+    from ..store import ConversationRecord, SqliteStore
 
     if _unserved(settings):  # no conversation yet: none to restore, none idle
         if args.key is not None:
@@ -544,7 +544,7 @@ def _print_archived(
 def cmd_homes(
     args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
 ) -> int:
-    from .app import provision
+    from ..app import provision
 
     if args.homes_cmd in ("list", "show"):
         return _operator_view(args, settings, specs)
@@ -565,7 +565,7 @@ def cmd_homes(
 def cmd_config(
     args: argparse.Namespace, settings: CoreSettings, specs: dict[str, AdapterSpec]
 ) -> int:
-    from .rules import require
+    from ..rules import require
 
     require(settings, specs)  # what serve would refuse to start with: the same line, exit 2
     source = getattr(settings, "_toml_file", None)
@@ -579,9 +579,9 @@ def cmd_doctor(
 ) -> int:
     from provisioning.layout import Layout
 
-    from .doctor import config_checks, platform_checks, run_checks
-    from .runner import default_command
-    from .runner.dialect import runner_profile
+    from ..runner import default_command
+    from ..runner.dialect import runner_profile
+    from .checks import config_checks, platform_checks, run_checks
 
     command, _reference = default_command(settings.runner.command)
     state = Layout(settings.root.absolute()).state
@@ -766,7 +766,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
