@@ -7,6 +7,7 @@ has its module (serve, init, repair, homes, config check, doctor, whose checks a
 
 from __future__ import annotations
 
-from .parser import EXIT_ERROR, build_parser, main, setup_logging
+from .console import setup_logging
+from .parser import EXIT_ERROR, build_parser, main
 
 __all__ = ["EXIT_ERROR", "build_parser", "main", "setup_logging"]
