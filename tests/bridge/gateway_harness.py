@@ -174,15 +174,22 @@ def gateway_env(
 
 
 def run_cli(
-    env: dict[str, str], *args: str, timeout: float = 120
+    env: dict[str, str],
+    *args: str,
+    timeout: float = 120,
+    cwd: Path | None = None,
+    inherit: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    """``jazz-bridge ARGS`` as an operator runs it, with the gateway's environment (bounded)."""
+    """``jazz-bridge ARGS`` as an operator runs it, with the gateway's environment (bounded).
+    ``cwd``: where it runs (a relative path, ``./jazz-bridge.toml``); ``inherit=False``: with
+    ``env`` alone, none of this process's environment (an operator's small one)."""
     return subprocess.run(
         [sys.executable, "-m", "bridge.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **env},
+        cwd=cwd,
+        env={**os.environ, **env} if inherit else env,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bridge.doctor import home_template_checks
+from bridge.cli.checks import home_template_checks
 
 
 def template(tmp_path: Path, *, agent: str | None = "default", config: str | None = "{}") -> Path:

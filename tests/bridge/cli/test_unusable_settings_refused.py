@@ -2,26 +2,26 @@
 an empty token (an unset variable in an env file), an empty root, a host that does not
 resolve; and doctor reports a damaged uid map instead of crashing.
 
-CLI tests run the real command line in a subprocess (as tests/bridge/test_cli_operator.py
-does); the web test runs the real gateway in process (as tests/adapters/test_web_api.py does).
+CLI tests run the real command line in a subprocess (the ``cli`` fixture); the web test runs
+the real gateway in process (as tests/adapters/test_web_api.py does).
 """
 
 from __future__ import annotations
 
 import os
 import stat
-import sys
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from accounts_support import remove_accounts
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gateway_harness import gateway_env, running_gateway
-from test_cli_operator import cli, error_line
 
 from bridge.errors import BridgeError
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+ErrorLine = Callable[[subprocess.CompletedProcess[str]], str]
 
 
 @pytest.fixture
@@ -46,7 +46,9 @@ async def test_an_empty_web_token_is_refused_not_read_as_none(env: dict[str, str
 # -- an empty ops.token ------------------------------------------------------------------------
 
 
-def test_config_check_refuses_the_empty_ops_token_serve_refuses(tmp_path: Path) -> None:
+def test_config_check_refuses_the_empty_ops_token_serve_refuses(
+    tmp_path: Path, cli: Cli, error_line: ErrorLine
+) -> None:
     """``config check`` and ``doctor`` promise "what serve would refuse to start with: the
     same line, exit 2"; an empty ops.token passes both, and serve then refuses it (after
     making a whole new root)."""
@@ -58,7 +60,9 @@ def test_config_check_refuses_the_empty_ops_token_serve_refuses(tmp_path: Path) 
 # -- an unresolvable server.host ---------------------------------------------------------------
 
 
-def test_an_unresolvable_server_host_is_named(tmp_path: Path) -> None:
+def test_an_unresolvable_server_host_is_named(
+    tmp_path: Path, cli: Cli, error_line: ErrorLine
+) -> None:
     done = cli(
         tmp_path,
         "serve",
@@ -76,7 +80,7 @@ def test_an_unresolvable_server_host_is_named(tmp_path: Path) -> None:
 # -- an empty root -----------------------------------------------------------------------------
 
 
-def test_an_empty_root_does_not_take_over_the_working_directory(tmp_path: Path) -> None:
+def test_an_empty_root_does_not_take_over_the_working_directory(tmp_path: Path, cli: Cli) -> None:
     """``JAZZ_BRIDGE_ROOT=`` (an unset variable) is read as ``Path("")`` == ``.``: init makes
     chats/ state/ ... in the working directory and chmods it 2751, and repair then strips
     the "other" bits from every file already there."""
@@ -98,7 +102,9 @@ def test_an_empty_root_does_not_take_over_the_working_directory(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("content", ["[]", '{"accounts": {"HOME": 5}}'])
-def test_doctor_reports_a_damaged_uid_map_instead_of_crashing(tmp_path: Path, content: str) -> None:
+def test_doctor_reports_a_damaged_uid_map_instead_of_crashing(
+    tmp_path: Path, content: str, cli: Cli
+) -> None:
     """``state/accounts.json`` that is JSON but not the uid map's shape (a list; an entry
     that is not a table): doctor, the command one runs when something is broken, dies with
     a TypeError/AttributeError traceback (exit 1) instead of a FAIL line with its fix."""

@@ -10,31 +10,28 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from accounts_support import OperatorGroup, needs_root
+from gateway_harness import run_cli
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
-def _cli(root: Path, group: OperatorGroup, lo: int, hi: int, *args: str):
-    return subprocess.run(
-        [sys.executable, "-m", "bridge.cli", *args],
-        env={
-            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-            "PYTHONPATH": str(REPO),
-            "JAZZ_BRIDGE_ROOT": str(root),
-            "JAZZ_BRIDGE_OPERATOR_GROUP": group.name,
-            "JAZZ_BRIDGE_ACCOUNTS__UID_MIN": str(lo),
-            "JAZZ_BRIDGE_ACCOUNTS__UID_MAX": str(hi),
-            "JAZZ_BRIDGE_LOG__FORMAT": "text",
-        },
-        cwd=root.parent,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def _cli(
+    root: Path, group: OperatorGroup, lo: int, hi: int, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """The CLI as root on ``root`` (isolated), its accounts from uids ``lo``..``hi``."""
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "PYTHONPATH": str(REPO),
+        "JAZZ_BRIDGE_ROOT": str(root),
+        "JAZZ_BRIDGE_OPERATOR_GROUP": group.name,
+        "JAZZ_BRIDGE_ACCOUNTS__UID_MIN": str(lo),
+        "JAZZ_BRIDGE_ACCOUNTS__UID_MAX": str(hi),
+        "JAZZ_BRIDGE_LOG__FORMAT": "text",
+    }
+    return run_cli(env, *args, cwd=root.parent, inherit=False)
 
 
 @needs_root

@@ -11,34 +11,16 @@ root, as serve takes them.
 from __future__ import annotations
 
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bridge.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": str(REPO),
-            "JAZZ_BRIDGE_ISOLATION": "off",
-            "JAZZ_BRIDGE_ROOT": str(cwd / "root"),
-            "JAZZ_BRIDGE_SERVER__PORT": "0",
-            "JAZZ_BRIDGE_LOG__FORMAT": "text",
-        },
-    )
+Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.mark.parametrize("name", ["archive", "state", "tools"])
-def test_doctor_fails_a_root_serve_refuses(tmp_path: Path, name: str) -> None:
+def test_doctor_fails_a_root_serve_refuses(tmp_path: Path, name: str, cli: Cli) -> None:
     assert cli(tmp_path, "init").returncode == 0
     moved = tmp_path / "bigdisk" / name
     moved.parent.mkdir()
@@ -55,7 +37,7 @@ def test_doctor_fails_a_root_serve_refuses(tmp_path: Path, name: str) -> None:
     assert any(str(tmp_path / "root" / name) in line for line in failed), done.stdout
 
 
-def test_doctor_names_a_state_directory_others_may_read(tmp_path: Path) -> None:
+def test_doctor_names_a_state_directory_others_may_read(tmp_path: Path, cli: Cli) -> None:
     assert cli(tmp_path, "init").returncode == 0
     (tmp_path / "root" / "state").chmod(0o2755)  # bridge.db readable by every account
     done = cli(tmp_path, "doctor")
