@@ -46,6 +46,7 @@ from provisioning.cgroups import CgroupError, CgroupTree, RunCgroup
 from provisioning.errors import ProvisioningError, RlimitsUnavailable
 from provisioning.rlimits import RunLimits
 from provisioning.sandbox import RunIdentity, hide_from_own_account
+from reference_runner import bundle
 
 from ..errors import RunnerError
 from ..logs import mask
@@ -749,7 +750,7 @@ def shared_interpreter() -> str:
 
 def reference_copy(tools_dir: Path) -> Path:
     """Where :func:`default_command` puts the reference runner for every account to run."""
-    return tools_dir / "jazz-reference-runner.py"
+    return tools_dir / f"jazz-reference-runner{bundle.SUFFIX}"
 
 
 def default_command(
@@ -757,22 +758,21 @@ def default_command(
 ) -> tuple[list[str], bool]:
     """The runner command: configured, else ``jazz`` on PATH, else the reference runner.
 
-    Returns ``(argv, is_reference)``. The reference runner is stdlib-only; when
-    ``tools_dir`` is given it is copied there (readable by every account) and started with
-    an interpreter every account can run, so isolated conversations can start it even when
-    the gateway's own Python lives somewhere only root can reach.
+    Returns ``(argv, is_reference)``. The reference runner (the stdlib-only package
+    ``reference_runner``) is started as its directory; when ``tools_dir`` is given it is
+    written there as one file (a zip application, readable by every account) and started
+    with an interpreter every account can run, so isolated conversations can start it even
+    when the gateway's own Python lives somewhere only root can reach.
     """
     if configured:
         return list(configured), False
     jazz = shutil.which("jazz")
     if jazz:
         return [jazz], False
-    from .. import reference_runner
-
-    script = Path(reference_runner.__file__)
+    script = bundle.PACKAGE
     if tools_dir is not None:
         target = reference_copy(tools_dir)
-        data = script.read_bytes()
+        data = bundle.archive()
         if not target.exists() or target.read_bytes() != data:
             tmp = target.with_suffix(".tmp")
             tmp.write_bytes(data)

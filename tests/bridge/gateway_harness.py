@@ -23,17 +23,18 @@ from bridge.engine import conversation_prefix
 from bridge.plugins import load_specs
 from bridge.ports import AdapterSpec
 from bridge.runner.cli import shared_interpreter
+from reference_runner import bundle
 
 FAKE_RUNNER = Path(__file__).resolve().parent.parent / "fakes" / "fake_runner.py"
 FAKE_JAZZ = FAKE_RUNNER.with_name("fake_jazz.py")  # the released Jazz CLI's
 TEST_RUNNER_ENV = "JB_TEST_RUNNER"
-REFERENCE_RUNNER = Path(__file__).resolve().parents[2] / "bridge" / "reference_runner.py"
 
 
 def use_reference_runner(env: dict[str, str], fake_dir: Path) -> None:
-    """Run the bundled reference runner (a copy every account can read) instead of the fake."""
-    runner = fake_dir / "reference_runner.py"
-    shutil.copyfile(REFERENCE_RUNNER, runner)
+    """Run the bundled reference runner (a copy every account can read) instead of the fake:
+    its one-file form, as serve writes it under ``<root>/tools/``."""
+    runner = fake_dir / f"reference_runner{bundle.SUFFIX}"
+    runner.write_bytes(bundle.archive())
     os.chmod(runner, 0o755)
     env["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps([shared_interpreter(), str(runner)])
 

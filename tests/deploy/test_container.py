@@ -21,6 +21,7 @@ import stat
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,13 @@ REPO = Path(__file__).resolve().parents[2]
 CONTAINER = REPO / "deploy" / "container"
 DOCKERFILE = CONTAINER / "Dockerfile"
 COMPOSE = CONTAINER / "compose.yaml"
+# what pip installs: the top-level packages pyproject.toml names
+PACKAGES = tuple(
+    name.rstrip("*")
+    for name in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"
+    ]["find"]["include"]
+)
 KNOWN = {
     "FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME",
     "USER", "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL", "MAINTAINER",
@@ -106,9 +114,10 @@ def test_the_dockerfile_parses_and_builds_from_the_repositorys_own_files() -> No
             assert not _ignored(source, ignore), f"{source} is excluded from the build context"
             copied.append(source)
     # the package builds from what was copied: its packages and its build metadata
-    for needed in ("pyproject.toml", "README.md", "bridge", "adapters", "provisioning"):
+    assert {"bridge", "adapters", "provisioning", "reference_runner"} <= set(PACKAGES)
+    for needed in ("pyproject.toml", "README.md", *PACKAGES):
         assert needed in copied
-    for package in ("bridge", "adapters", "provisioning"):
+    for package in PACKAGES:
         assert not _ignored(f"{package}/__init__.py", ignore)
     assert _ignored("bridge/__pycache__/x.pyc", ignore) and _ignored(".venv/bin/python", ignore)
 

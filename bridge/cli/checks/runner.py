@@ -20,6 +20,7 @@ from provisioning.sandbox import (
     private_proc_unavailable,
     setpriv_path,
 )
+from reference_runner import bundle
 
 from ...config import CoreSettings
 from ...runner.cli import reference_copy
@@ -165,9 +166,7 @@ def _served_command(
     """``runner_command`` as serve starts it, and the reference runner's copy if that is it:
     the bundled reference runner is started from its copy under ``<root>/tools/`` (see
     :func:`bridge.runner.cli.default_command`), which serve writes (doctor only reads)."""
-    from ... import reference_runner
-
-    package = os.path.realpath(reference_runner.__file__)
+    package = os.path.realpath(bundle.PACKAGE)
     if len(runner_command) == 2 and os.path.realpath(runner_command[1]) == package:
         copy = str(reference_copy(Layout(settings.root.absolute()).tools))
         return [runner_command[0], copy], copy

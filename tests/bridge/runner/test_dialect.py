@@ -36,7 +36,7 @@ from bridge.runner.dialect import (
 
 TESTS = Path(__file__).resolve().parents[2]
 FAKE_JAZZ = TESTS / "fakes" / "fake_jazz.py"
-REFERENCE_RUNNER = TESTS.parent / "bridge" / "reference_runner.py"
+REFERENCE_RUNNER = TESTS.parent / "reference_runner"  # started as its directory
 HELP_TIMEOUT_S = 60
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAZZ_NO_TUI": "1"}
 

@@ -1,4 +1,6 @@
-"""Odd directive arguments a person can type into the chat are read, never a runner crash.
+"""Directives: every one listed, documented and handled; odd arguments never a crash.
+
+(:mod:`reference_runner.directives`.)
 
 ``!tools ²`` (a superscript counts as a digit for ``str.isdigit`` but not for ``int``), a
 count of thousands of digits (past Python's int-from-text limit) or ``!big-stdout nan``
@@ -9,9 +11,13 @@ the chat looked like a broken gateway.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_reference_runner import Runner, argv, prompt
+from reference_support import Runner, argv, once, prompt
+
+from reference_runner import directives
+from reference_runner.run import HANDLERS
 
 
 @pytest.mark.parametrize(
@@ -29,3 +35,17 @@ def test_an_odd_directive_argument_still_answers(tmp_path: Path, text: str) -> N
     print(res.envelope and {k: res.envelope[k] for k in ("ok", "error") if k in res.envelope})
     assert res.code == 0 and res.envelope is not None and res.envelope["ok"] is True
     assert "This is the jazz-bridge reference runner, not an AI." in res.answer
+
+
+def test_help_lists_every_directive_and_the_docstring_documents_them(spawn: Any) -> None:
+    answer = once(spawn, "!help").answer
+    doc = directives.__doc__ or ""
+    for name, _, _ in directives.DIRECTIVES:
+        assert f"`!{name}" in answer
+        assert f"!{name} " in doc
+    assert "unknown directive !nope" in once(spawn, "!nope").answer
+
+
+def test_every_directive_has_one_handler_and_help_is_directives() -> None:
+    assert set(HANDLERS) == {name for name, _, _ in directives.DIRECTIVES} | {"help"}
+    assert HANDLERS["help"] is HANDLERS["directives"]

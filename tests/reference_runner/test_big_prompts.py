@@ -1,5 +1,8 @@
 """A 10 MB prompt: read in linear time, answered with an envelope the gateway can read.
 
+(:mod:`reference_runner.stdin` reads it, :mod:`reference_runner.run` quotes at most
+``ECHO_MAX_CHARS`` of it.)
+
 The default answer quoted the whole prompt; 10 MB of Cyrillic lines became a 48 MB envelope
 (JSON escapes each letter as six bytes), past the gateway's line limit, so the gateway saw a
 run without an envelope. Reading the first line also copied the whole buffer for every
@@ -12,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from test_reference_runner import Runner, argv, prompt
+from reference_support import Runner, argv, prompt
 
 from bridge.runner.cli import MAX_LINE
 
