@@ -15,7 +15,7 @@ import pytest
 from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway
 
-from bridge import server
+from bridge.http import server
 
 IDLE_S = 1.0  # the limit the tests run with (the shipped one is longer)
 BOUND_S = 20.0  # how long a test waits for the gateway to hang up
