@@ -87,7 +87,9 @@ class Asking(Replies):
         if record is not None and run_over and record.state != "answered":
             # left unanswered by its run (e.g. a copy of the prompt the run's end could not
             # settle): the pressed message loses its buttons and says it expired
-            expired = Outgoing(ReplyKind.NOTICE, P.expired_text(record))
+            conv = await self.store.conversation(record.conversation_id)
+            room = self._prompt_room(conv.platform) if conv else P.DEFAULT_ROOM
+            expired = Outgoing(ReplyKind.NOTICE, P.expired_text(record, room))
             return PressResult(PressStatus.EXPIRED, "This request has expired.", resolved=expired)
         if record is None or record.state != "pending" or run is None or run.handle is None:
             return PressResult(PressStatus.EXPIRED, "This request has expired.")
@@ -237,7 +239,10 @@ class Asking(Replies):
         surface = self.surfaces.get(msg.platform)
         buttons = bool(surface and surface.capabilities.buttons)
         out = P.message_for(
-            record, others_pending=others if record.kind == "approval" else 0, buttons=buttons
+            record,
+            others_pending=others if record.kind == "approval" else 0,
+            buttons=buttons,
+            room=self._prompt_room(msg.platform),
         )
         records = await self.store.add_replies([self._reply(msg, f"prompt:{record.token}", out)])
         run.prompt_replies[record.token] = records[0].id
@@ -297,7 +302,9 @@ class Asking(Replies):
         await run.handle.answer(answer)
         if not run.prompts:
             run.progress.waiting = False
-        await self._settle_prompt_message(run, record, P.unanswered_text(record, wait_s))
+        await self._settle_prompt_message(
+            run, record, P.unanswered_text(record, wait_s, self._prompt_room(run.message.platform))
+        )
 
     async def _settle_prompt_message(self, run: ActiveRun, record: PromptRecord, text: str) -> None:
         """Edit a prompt's message to ``text`` with no buttons left (best effort).

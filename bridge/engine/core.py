@@ -29,6 +29,7 @@ from ..store import (
     StoreRetry,
 )
 from .delivery import Deliverer
+from .prompts import DEFAULT_ROOM
 from .scheduler import RunScheduler
 from .state import (
     ActiveRun,
@@ -114,6 +115,12 @@ class EngineCore:
     def _numbered_on(self, platform: str) -> bool:
         surface = self.surfaces.get(platform)
         return not (surface and surface.capabilities.buttons)
+
+    def _prompt_room(self, platform: str) -> int:
+        """How long a prompt's message, settled line included, may be on ``platform``: its
+        surface's max_length (:mod:`bridge.engine.prompts` counts it in UTF-16 units)."""
+        surface = self.surfaces.get(platform)
+        return surface.capabilities.max_length if surface else DEFAULT_ROOM
 
     def _numbered(self, run: ActiveRun) -> bool:
         """Whether the run's prompts were shown with numbered choices (no buttons): only

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..markdown import code_span, fence_for
 from ..model import Choice, Outgoing, ReplyKind
+from ..ports import Capabilities
 from ..store import PromptRecord
 
 SEP = "."
@@ -81,13 +82,13 @@ def from_event(
 
 
 # A prompt's message is later edited to its settled text: the prompt with a line saying how
-# it ended appended. Both must fit one message of every surface, or the surface cuts off the
-# reason (an edit is one message) and a prompt sent as two messages has its last one (the
-# one with the buttons) overwritten by the prompt's beginning. Measured in UTF-16 code
-# units, as Telegram counts (at least the number of characters Slack and the web count),
-# within the least Capabilities.max_length of the surfaces (Telegram's 3500: its 4096 units
-# less room for what the conversion of Markdown adds).
-PROMPT_ROOM = 3500
+# it ended appended. Both must fit one message of the surface it is shown on, or the surface
+# cuts off the reason (an edit is one message) and a prompt sent as two messages has its last
+# one (the one with the buttons) overwritten by the prompt's beginning. The room is the
+# surface's own ``Capabilities.max_length`` (Telegram's is 3500: its 4096 units less room for
+# what the conversion of Markdown adds), counted here in UTF-16 code units, which is at
+# least the number of characters any surface counts.
+DEFAULT_ROOM = Capabilities().max_length  # a surface that says nothing of its own
 MESSAGE_MAX, PREVIEW_MAX, QUESTION_MAX = 1500, 2500, 1500
 MESSAGE_MIN = 500  # what an approval's message keeps when its preview needs the room
 NAME_MAX = 200  # a tool's, a secret's, a person's name
@@ -132,9 +133,9 @@ SETTLED_ROOM = 2 + max(
 )
 
 
-def _approval_lines(head: str, message: str, preview: str) -> list[str]:
-    """The approval's lines within PROMPT_ROOM with its settled line: the preview (what
-    will run) keeps its room first, the message gives way down to MESSAGE_MIN."""
+def _approval_lines(head: str, message: str, preview: str, room: int) -> list[str]:
+    """The approval's lines within ``room`` with its settled line: the preview (what will
+    run) keeps its room first, the message gives way down to MESSAGE_MIN."""
 
     def lines(message_n: int, preview_n: int) -> list[str]:
         out = [head]
@@ -146,7 +147,7 @@ def _approval_lines(head: str, message: str, preview: str) -> list[str]:
             out.append(f"{fence}\n{shown}\n{fence}")
         return out
 
-    room = PROMPT_ROOM - SETTLED_ROOM
+    room -= SETTLED_ROOM
     full = lines(MESSAGE_MAX, PREVIEW_MAX)
     over = _units("\n\n".join(full)) - room
     if over <= 0:
@@ -162,8 +163,11 @@ def _approval_lines(head: str, message: str, preview: str) -> list[str]:
         preview_n = max(1, preview_n - over)
 
 
-def message_for(record: PromptRecord, *, others_pending: int, buttons: bool) -> Outgoing:
-    """The prompt as a message with choices (numbered in the text when there are no buttons)."""
+def message_for(
+    record: PromptRecord, *, others_pending: int, buttons: bool, room: int = DEFAULT_ROOM
+) -> Outgoing:
+    """The prompt as a message with choices (numbered in the text when there are no
+    buttons), with its settled line within ``room`` (the surface's max_length)."""
     p = record.payload
     who = _clip(p.get("requesterName") or record.requester, NAME_MAX)
     choices: list[tuple[str, str, str]] = []
@@ -171,7 +175,7 @@ def message_for(record: PromptRecord, *, others_pending: int, buttons: bool) -> 
         tool = _clip(p.get("toolName") or p.get("tool") or "a tool", NAME_MAX)
         head = f"**Approval needed** for {code_span(tool)} (asked by {who})"
         message, preview = str(p.get("message") or ""), str(p.get("preview") or "")
-        lines = _approval_lines(head, message, preview)
+        lines = _approval_lines(head, message, preview, room)
         choices = [(APPROVE, "Approve", "primary"), (REJECT, "Reject", "danger")]
         if others_pending:
             choices += [
@@ -258,15 +262,15 @@ def unavailable_secret(record: PromptRecord) -> dict[str, Any]:
     }
 
 
-def expired_text(record: PromptRecord) -> str:
+def expired_text(record: PromptRecord, room: int = DEFAULT_ROOM) -> str:
     """How a prompt's message reads once its run is over unanswered (its buttons gone)."""
-    shown = message_for(record, others_pending=0, buttons=True).text
+    shown = message_for(record, others_pending=0, buttons=True, room=room).text
     return f"{shown}\n\n{_expired_line()}"
 
 
-def unanswered_text(record: PromptRecord, waited_s: float) -> str:
+def unanswered_text(record: PromptRecord, waited_s: float, room: int = DEFAULT_ROOM) -> str:
     """How a prompt's message reads once nobody answered it in time (its buttons gone)."""
-    shown = message_for(record, others_pending=0, buttons=True).text
+    shown = message_for(record, others_pending=0, buttons=True, room=room).text
     told = "rejected" if record.kind == "approval" else "declined"
     return f"{shown}\n\n{_unanswered_line(waited_s, told)}"
 

@@ -151,7 +151,9 @@ class Running(Commanding):
             except StoreError as exc:  # the next start expires what is left
                 log.warning("prompts of run %d not expired: %s", run.run_id, exc)
             for rec in list(run.prompts.values()):  # their buttons go: nobody can answer now
-                await self._settle_prompt_message(run, rec, P.expired_text(rec))
+                await self._settle_prompt_message(
+                    run, rec, P.expired_text(rec, self._prompt_room(run.message.platform))
+                )
         return result
 
     async def _record(self, run: ActiveRun, result: RunResult) -> list[ReplyRecord] | None:

@@ -27,6 +27,8 @@ from approval_support import REASON, ask, use_approval_runner
 from gateway_harness import running_gateway, wait_until
 from tg_support import ADA, TOKEN, FakeBotApi, post, private_chat, telegram_env, update, utf16
 
+from bridge.store import PromptRecord
+
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
 
 # what the prompt's messages hold (its header, the previews' lines)
@@ -124,12 +126,25 @@ async def test_an_approval_with_emoji_is_one_message_and_its_expiry_edits_it(
 
 
 def test_a_settled_prompt_fits_every_surface() -> None:
-    """The prompts' room (the prompt with its longest settled line, in UTF-16 units, which
-    is at least what Slack and the web count) is within each surface's max_length."""
+    """A prompt at its longest, with its longest settled line, in UTF-16 units (at least
+    what Slack and the web count), is within the max_length of the surface it is shown on:
+    the room comes from the surface, not from one platform's limit in the core."""
     from adapters.slack.surface import SlackSurface
     from adapters.telegram.surface import TelegramSurface
     from adapters.web.adapter import WebSurface
-    from bridge.engine.prompts import PROMPT_ROOM
+    from bridge.engine import prompts
 
+    record = PromptRecord(
+        token="t" * 16,
+        run_id=1,
+        conversation_id=1,
+        requester="u",
+        kind="approval",
+        request_id="r",
+        payload={"toolName": "write_file", "message": "m😀" * 5000, "preview": "p😀" * 5000},
+    )
     for surface in (TelegramSurface, SlackSurface, WebSurface):
-        assert surface.capabilities.max_length >= PROMPT_ROOM, surface.name
+        room = surface.capabilities.max_length
+        settled = prompts.unanswered_text(record, 999_999_999 * 60, room)
+        assert utf16(settled) <= room, (surface.name, utf16(settled))
+        assert utf16(prompts.expired_text(record, room)) <= room, surface.name
