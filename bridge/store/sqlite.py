@@ -14,7 +14,7 @@ free; ``BEGIN IMMEDIATE`` transactions also keep another process (an operator's
 cancelled, a job the worker already started still runs to the end (one still queued may
 be dropped): either way a transaction is committed or rolled back whole, never half.
 
-Opening follows the state-file rules of DESIGN.md: a database written by a newer
+Opening follows the state-file rules of docs/design.md: a database written by a newer
 jazz-bridge (``PRAGMA user_version`` above :data:`SCHEMA_VERSION`) is refused and left
 untouched; one SQLite cannot read (not a database, or failing ``PRAGMA quick_check``) is
 moved aside with its ``-wal``/``-shm`` to ``<name>.corrupt-<UTC timestamp>`` with a warning
