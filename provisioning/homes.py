@@ -1,6 +1,6 @@
 """Creating (or repairing) one conversation's home: the directory Jazz uses as JAZZ_HOME.
 
-A home is created with exact modes and owners (DESIGN.md "On disk"): isolated, it is
+A home is created with exact modes and owners (docs/design.md "On disk"): isolated, it is
 ``2750 conv:O`` with its standard subdirectories ``2750``, ``gnupg`` ``0700 conv:conv``,
 ``config.json`` ``0600`` and a ``personas`` link to the shared personas; in single-account
 mode everything is the gateway's, ``0700``/``0600``, without setgid. Every step works on

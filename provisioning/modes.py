@@ -1,7 +1,7 @@
-"""The exact modes of the on-disk layout (DESIGN.md "On disk"), named once with their bits.
+"""The exact modes of the on-disk layout (docs/design.md "On disk"), named once with their bits.
 
 Everything that creates or repairs a directory takes its mode from here, so the table in
-DESIGN.md and the code can be compared line by line.
+docs/design.md and the code can be compared line by line.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The entrypoint repair (every start) and, with ``deep``, the walk of every home.
 
 Whatever happened since the last start (an operator's ``chmod``, a restore from backup, a
-conversation loosening its own files) the root goes back to the table in DESIGN.md: the
+conversation loosening its own files) the root goes back to the table in docs/design.md: the
 root and ``chats/`` ``2751``, personas ``0755``, "other" bits off everything else at the
 top, each home ``2750 conv:O`` (``0700`` single-account). The deep walk is
 :mod:`provisioning.walk`; ``jazz-bridge repair --deep`` walks every home, while the gateway

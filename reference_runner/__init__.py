@@ -3,7 +3,7 @@
 Why it exists: the real ``jazz`` is a TypeScript/Bun program that cannot be installed on
 every machine. jazz-bridge ships this stand-in so that ``jazz-bridge serve`` works on a
 fresh machine, and so that tests can drive every path of the contract
-(``/work/shared/RUNNER-CONTRACT.md``): events, approvals, questions, secrets, artifacts,
+(``docs/runner-contract.md``): events, approvals, questions, secrets, artifacts,
 failures, crashes, timeouts, signals and leftover processes. It says plainly in every
 answer that it is not an AI. It is a program of its own, not a part of the gateway: it is
 stdlib-only (no third-party import, so it starts fast and can be copied next to the homes

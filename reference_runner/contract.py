@@ -4,7 +4,7 @@ Why it exists: every other module needs the same few facts (which events belong 
 ``--events`` category, which always come, the approval policies, which key names the
 prompt an answer frame answers) and the same three ways out of a run; kept here, apart
 from the code that emits or reads them, they are one list to check against
-``RUNNER-CONTRACT.md``.
+``docs/runner-contract.md``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Some deployments keep Jazz running as ``jazz daemon`` (one per ``JAZZ_HOME``) instead of
 starting ``jazz run`` per message. This backend gives the turn engine the same
-:class:`RunHandle` as the CLI backend on top of that API (RUNNER-CONTRACT.md, "The
-daemon"): ``POST /runs`` starts the run, ``GET /runs/:id`` is polled for progress events,
+:class:`RunHandle` as the CLI backend on top of that API (docs/runner-contract.md, "Daemon
+backend"): ``POST /runs`` starts the run, ``GET /runs/:id`` is polled for progress events,
 what is waiting for a person and the final envelope, and prompt answers and ``/stop`` become
 ``POST /runs/:id/answer`` and ``POST /runs/:id/cancel``. Events, prompts and results look
 exactly as the CLI backend's do, so the engine cannot tell the two apart.

@@ -1,7 +1,7 @@
 """Which Jazz CLI ``runner.command`` is, told by its own ``run --help``, and how to speak it.
 
-Two CLIs answer to ``jazz run --json`` (RUNNER-CONTRACT.md). The *documented* one (and the
-bundled reference runner) takes the prompt as a JSON line on stdin with
+Two CLIs answer to ``jazz run --json`` (docs/runner-contract.md). The *documented* one (and
+the bundled reference runner) takes the prompt as a JSON line on stdin with
 ``--interactive-stdin --input-stdin`` and asks a person through events answered on stdin.
 The *released* one (lvndry/jazz 0.14.2) rejects those flags (``error: unknown option``, exit
 1, no envelope), takes the prompt as its positional argument (or all of stdin, which must

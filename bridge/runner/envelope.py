@@ -1,4 +1,4 @@
-"""Reading the runner's stdout envelope (RUNNER-CONTRACT.md): the last line starting ``{``.
+"""Reading the runner's stdout envelope (docs/runner-contract.md): the last line starting ``{``.
 
 A run that printed no envelope, garbage, or an envelope of the wrong shape becomes a
 failure with the exit code and a short reason a person can act on, never silence.
@@ -147,7 +147,7 @@ def useful_stderr(tail: list[str], error: str | None, keep: int = 5) -> list[str
     """The last ``keep`` lines of a run's stderr tail worth showing a person with ``error``.
 
     The released CLI reports a provider failure with no ``error`` event, only a stack trace
-    on stderr and a short ``error`` in its envelope (vectors/jazz-cli-0.14.2, 10): its stack
+    on stderr and a short ``error`` in its envelope (docs/runner-contract.md, recording 10): its
     frames, source excerpt lines, blank and bracket-only lines and the lines that only
     repeat ``error`` (``AI_APICallError: <the end of error>``) are left out.
     """

@@ -2,7 +2,7 @@
 
 ``jazz_bridge_runs{outcome=...}`` is labelled with the envelope's ``code`` as the runner
 printed it (bridge/engine/run.py: ``label = "ok" if result.ok else (result.code or "failed")``;
-bridge/runner/envelope.py takes any string). RUNNER-CONTRACT.md lists five failure codes,
+bridge/runner/envelope.py takes any string). docs/runner-contract.md lists five failure codes,
 but nothing holds the runner to them: a runner (a newer jazz, a wrapper, a misbehaving or
 hostile one) that puts detail into ``code`` makes one time series per distinct text, of
 any length, forever (Prometheus cardinality explosion; a scrape that grows per run).
@@ -34,7 +34,7 @@ sys.stdout.flush()
 sys.exit(1)
 """
 
-# the gateway's own codes plus the contract's (RUNNER-CONTRACT.md) and "ok"
+# the gateway's own codes plus the contract's (docs/runner-contract.md) and "ok"
 KNOWN = {
     "ok",
     "failed",

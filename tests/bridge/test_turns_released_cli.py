@@ -1,7 +1,7 @@
 """Replies to what the released Jazz CLI (0.14.2) does, through the real gateway.
 
 Its provider failure has no ``error`` event: a stack trace on stderr (recording
-``vectors/jazz-cli-0.14.2/10-fail500-stream.txt``, replayed here line for line) and a short
+10 in docs/runner-contract.md, replayed here line for line) and a short
 error in an envelope without ``code``. Its ``ask_user_question`` tool cannot ask the person
 and hands the agent an empty answer (recording 12); the runner layer flags the question
 (``RunResult.flags["unasked_question"]``) and the reply says so after the answer.

@@ -4,7 +4,7 @@
 Why it exists: the gateway has to work with the Jazz CLI people actually install, which does
 not speak the documented contract that ``fake_runner.py`` (and the reference runner) speak.
 The real binary needs Bun, a model provider and about 2 s per start, so the tests use this
-twin instead. It is built from the recordings in ``vectors/jazz-cli-0.14.2/`` and from the
+twin instead. It is built from the recordings of 0.14.2 (docs/runner-contract.md) and from the
 CLI's source (``src/cli/cli-app.ts``, ``src/cli/commands/run-agent.ts``,
 ``src/core/presentation/oneshot-presentation-service.ts``, ``src/app-layer.ts``, the tool
 executor, the storage and history services, and commander 15's parser and help), so:
@@ -1140,7 +1140,7 @@ class Run:
             raise Failure("No prompt provided. Pass it as an argument or pipe it via stdin.")
         config = self.load_config()
         agent = self.find_agent(agent_id, config, create=True)
-        if agent is None or config is None:  # a home needs both (RUNNER-CONTRACT.md)
+        if agent is None or config is None:  # a home needs both (docs/runner-contract.md)
             raise Failure(f"No agent found with ID: {agent_id}")
         self.config = config
         self.agent = agent

@@ -1,8 +1,8 @@
 """The released-CLI twin (``fake_jazz.py``) against the facts recorded from Jazz 0.14.2.
 
 Each test runs the fake as a real subprocess, the way the gateway runs ``jazz``, and checks
-one fact of ``vectors/jazz-cli-0.14.2/`` (the recording's number is in the test's name) or
-of the CLI's source. Every wait is bounded; nothing sleeps to synchronise.
+one fact of the 0.14.2 recordings (docs/runner-contract.md; the recording's number is in
+the test's name) or of the CLI's source. Every wait is bounded; nothing sleeps to synchronise.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Review: a conversation's run must not read (or write) another conversation's chat.
 
-DESIGN.md: "one conversation can never read another's". As root every conversation runs as
+docs/design.md: "one conversation cannot read another's". As root every conversation runs as
 its own account so that a hostile agent in conversation A cannot read B's files. But the
 gateway serves the web chat's API on 127.0.0.1 without a token by default, and a run is a
 process on the same host: A's run simply asks the gateway for B's thread

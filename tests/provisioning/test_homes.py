@@ -169,7 +169,7 @@ def test_an_acl_on_a_home_is_removed_by_the_next_ensure_and_by_repair(
 ) -> None:
     """A conversation cannot hide its home from operators, or open it to another, with an ACL.
 
-    The home repair puts a home back to ``2750 conv:O`` (DESIGN.md "On disk": operators read
+    The home repair puts a home back to ``2750 conv:O`` (docs/design.md "On disk": operators read
     every home, other conversations nothing). A conversation owns its home, so its agent
     could set a POSIX ACL on it (setfacl, or setxattr ``system.posix_acl_access``): the
     owning group's entry ``---`` with a mask ``r-x`` and a named entry for another

@@ -1,4 +1,4 @@
-"""The SQLite store's files: opening the database by the state-file rules of DESIGN.md.
+"""The SQLite store's files: opening the database by the state-file rules of docs/design.md.
 
 A database written by a newer jazz-bridge (``PRAGMA user_version`` above
 :data:`~bridge.store.sqlite.schema.SCHEMA_VERSION`) is refused and left untouched; one SQLite

@@ -3,7 +3,7 @@
 
 Helps are asked of real binaries in subprocesses: the fake of the released CLI 0.14.2
 (``tests/fakes/fake_jazz.py``), the bundled reference runner (documented contract) and
-scripts written here. Event lines are the recordings' (``vectors/jazz-cli-0.14.2/``).
+scripts written here. Event lines are the recordings' (docs/runner-contract.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The released Jazz CLI's (0.14.2) stdout envelope, read as it is.
 
-Lines from the recordings in RUNNER-CONTRACT.md's ``vectors/jazz-cli-0.14.2/``: that CLI
+Lines from the recordings of that CLI (docs/runner-contract.md, "Recordings"): it
 sends no ``costKnown``, no ``artifacts`` (a ``webApp`` instead) and no failure ``code``.
 """
 
