@@ -15,7 +15,8 @@ so a layer may use what is under it and nothing above:
 
 * :mod:`.core` the shared parts and state, and small lookups;
 * :mod:`.replies` recording and delivering what the engine says;
-* :mod:`.asking` prompts and button presses;
+* :mod:`.asking` prompts shown, parked and expired;
+* :mod:`.answers` presses and typed answers coming back;
 * :mod:`.command_answers` answering commands;
 * :mod:`.run` one run, executed and recorded;
 * :mod:`.turn` a turn's refusals, run slot, home and files;

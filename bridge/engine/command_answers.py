@@ -9,30 +9,18 @@ from __future__ import annotations
 import functools
 import logging
 
-from ..model import (
-    InboxState,
-    Outgoing,
-    ReplyKind,
-)
-from ..store import (
-    MessageRecord,
-    NewReply,
-    utc_midnight,
-)
-from .asking import Asking
+from ..model import InboxState, Outgoing, ReplyKind
+from ..store import MessageRecord, NewReply, utc_midnight
+from .answers import Answers
 from .commands import Command, ParsedCommand, help_text
 from .progress import cost_text
-from .state import (
-    ConversationSlot,
-)
-from .texts import (
-    FILES_WITH_COMMAND_TEXT,
-)
+from .state import ConversationSlot
+from .texts import FILES_WITH_COMMAND_TEXT
 
 log = logging.getLogger(__name__)
 
 
-class Commanding(Asking):
+class Commanding(Answers):
     """Answering a parsed command at once, beside any run."""
 
     async def _command(self, msg: MessageRecord, parsed: ParsedCommand) -> None:

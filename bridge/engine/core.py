@@ -23,19 +23,11 @@ from ..config import CoreSettings
 from ..metrics import Metrics
 from ..ports import Surface
 from ..runner import RunnerBackend
-from ..store import (
-    MessageRecord,
-    Store,
-    StoreRetry,
-)
+from ..store import MessageRecord, Store, StoreRetry
 from .delivery import Deliverer
 from .prompts import DEFAULT_ROOM
 from .scheduler import RunScheduler
-from .state import (
-    ActiveRun,
-    ConversationSlot,
-    remember,
-)
+from .state import ActiveRun, ConversationSlot, remember
 
 log = logging.getLogger(__name__)
 

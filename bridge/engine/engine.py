@@ -18,23 +18,14 @@ from provisioning.homes import Home, Homes
 
 from ..config import CoreSettings
 from ..metrics import Metrics
-from ..ports import (
-    Surface,
-)
+from ..ports import Surface
 from ..runner import RunnerBackend
-from ..store import (
-    Store,
-    StoreRetry,
-)
+from ..store import Store, StoreRetry
 from . import run_limits
 from .delivery import Deliverer
 from .recovery import Recovery
 from .scheduler import RunScheduler
-from .state import (
-    ABORT_WAIT_S,
-    ActiveRun,
-    ConversationSlot,
-)
+from .state import ABORT_WAIT_S, ActiveRun, ConversationSlot
 
 log = logging.getLogger(__name__)
 

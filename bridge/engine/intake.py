@@ -17,20 +17,9 @@ import time
 
 from provisioning import naming
 
-from ..model import (
-    Inbound,
-    InboxState,
-    Outgoing,
-    ReplyKind,
-)
-from ..ports import (
-    SubmitResult,
-    SubmitStatus,
-)
-from ..store import (
-    MessageRecord,
-    RunOutcome,
-)
+from ..model import Inbound, InboxState, Outgoing, ReplyKind
+from ..ports import SubmitResult, SubmitStatus
+from ..store import MessageRecord, RunOutcome
 from .commands import Command, parse_command
 from .message_queue import album_key
 from .run import gateway_failure
@@ -42,10 +31,7 @@ from .state import (
     ConversationSlot,
     remember,
 )
-from .texts import (
-    NEW_WITH_TEXT,
-    failure_text,
-)
+from .texts import NEW_WITH_TEXT, failure_text
 from .turn import Turns
 
 log = logging.getLogger(__name__)

@@ -13,30 +13,15 @@ import secrets
 
 from provisioning.accounts import AccountRegistry
 
-from ..model import (
-    InboxState,
-)
+from ..model import InboxState
 from ..runner.killer import AccountKillError, kill_accounts
 from ..runner.procs import kill_all
-from ..store import (
-    MessageRecord,
-    PromptRecord,
-    ReplyRecord,
-    StoreError,
-)
+from ..store import MessageRecord, PromptRecord, ReplyRecord, StoreError
 from .asking import answered_prompt
 from .commands import Command, parse_command
 from .intake import Intake
-from .state import (
-    CLOSED_ALBUMS_KEPT,
-    conversation_name,
-    remember,
-)
-from .texts import (
-    INTERRUPTED_TEXT,
-    PASSED_ON_TEXT,
-    STOP_AFTER_RESTART_TEXT,
-)
+from .state import CLOSED_ALBUMS_KEPT, conversation_name, remember
+from .texts import INTERRUPTED_TEXT, PASSED_ON_TEXT, STOP_AFTER_RESTART_TEXT
 
 log = logging.getLogger(__name__)
 

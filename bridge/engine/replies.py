@@ -19,19 +19,8 @@ from provisioning.errors import ProvisioningError
 
 from ..files import paths_for_people
 from ..logs import mask
-from ..model import (
-    InboxState,
-    Outgoing,
-    ReplyKind,
-    ReplyTarget,
-)
-from ..store import (
-    MessageRecord,
-    NewReply,
-    ReplyRecord,
-    RunOutcome,
-    StoreError,
-)
+from ..model import InboxState, Outgoing, ReplyKind, ReplyTarget
+from ..store import MessageRecord, NewReply, ReplyRecord, RunOutcome, StoreError
 from .core import EngineCore
 
 log = logging.getLogger(__name__)

@@ -21,30 +21,15 @@ from ..errors import RunnerError
 from ..files import check_in_home
 from ..logs import mask
 from ..markdown import closed, split_markdown
-from ..model import (
-    InboxState,
-    Outgoing,
-    ReplyKind,
-)
+from ..model import InboxState, Outgoing, ReplyKind
 from ..runner import RunRequest, RunResult
 from ..runner.base import PROMPT_EVENTS
-from ..store import (
-    NewReply,
-    ReplyRecord,
-    RunOutcome,
-    StoreError,
-)
+from ..store import NewReply, ReplyRecord, RunOutcome, StoreError
 from . import prompts as P
 from .command_answers import Commanding
 from .progress import summary
-from .state import (
-    ActiveRun,
-    conversation_name,
-)
-from .texts import (
-    SHUTDOWN_TEXT,
-    failure_text,
-)
+from .state import ActiveRun, conversation_name
+from .texts import SHUTDOWN_TEXT, failure_text
 
 log = logging.getLogger(__name__)
 

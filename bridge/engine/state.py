@@ -16,14 +16,9 @@ from typing import Any
 from provisioning import naming
 from provisioning.rlimits import RunLimits
 
-from ..model import (
-    ReplyTarget,
-)
+from ..model import ReplyTarget
 from ..runner import RunHandle
-from ..store import (
-    MessageRecord,
-    PromptRecord,
-)
+from ..store import MessageRecord, PromptRecord
 from . import prompts as P
 from .message_queue import AlbumKey, MessageQueue
 from .progress import ProgressState

@@ -12,13 +12,8 @@ import logging
 from provisioning.rlimits import RunLimits
 
 from ..logs import mask
-from ..model import (
-    Attachment,
-)
-from ..ports import (
-    DeliveryError,
-    FileTooLarge,
-)
+from ..model import Attachment
+from ..ports import DeliveryError, FileTooLarge
 from ..runner import RunResult
 from ..runner.base import LIMIT_HIT_FLAG
 from .run_limits import hit_text

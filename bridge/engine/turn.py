@@ -17,22 +17,10 @@ from provisioning.errors import ProvisioningError
 from provisioning.homes import Home
 
 from ..files import save_attachment
-from ..model import (
-    Attachment,
-    InboxState,
-    thread_group,
-)
-from ..ports import (
-    DeliveryError,
-    FileTooLarge,
-    ResolvesFiles,
-    Surface,
-)
+from ..model import Attachment, InboxState, thread_group
+from ..ports import DeliveryError, FileTooLarge, ResolvesFiles, Surface
 from ..runner import RunResult
-from ..store import (
-    MessageRecord,
-    utc_midnight,
-)
+from ..store import MessageRecord, utc_midnight
 from . import prompts as P
 from .reporter import ProgressReporter
 from .run import Running, gateway_failure, not_run
@@ -46,10 +34,7 @@ from .state import (
     ConversationSlot,
     run_person,
 )
-from .texts import (
-    left_out_text,
-    waiting_text,
-)
+from .texts import left_out_text, waiting_text
 
 log = logging.getLogger(__name__)
 
