@@ -42,8 +42,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from .errors import ConfigError
-from .logs import (
+from ..errors import ConfigError
+from ..logs import (
     SECRET_VALUES,
     SecretMasker,
     is_secret_field,
