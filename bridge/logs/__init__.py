@@ -42,7 +42,7 @@ from .masking import (
     url_secrets,
 )
 from .records import extra_fields
-from .setup import install, mask
+from .handlers import install, mask
 from .writer import off_thread, stop_writer
 
 __all__ = [
