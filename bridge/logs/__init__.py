@@ -7,7 +7,7 @@ Everything the gateway logs goes through the pieces here, one module each:
 - :mod:`.masking`: what counts as a secret (each ``SecretStr`` of the settings, every value
   of ``runner.extra_env``, secret-looking environment variables, URLs' passwords) and the
   :class:`SecretMasker` that replaces them everywhere in a record;
-- :mod:`.setup`: :func:`install` puts a format and the masker on each handler, :func:`mask`
+- :mod:`.handlers`: :func:`install` puts a format and the masker on each handler, :func:`mask`
   masks what is written outside logging;
 - :mod:`.logfile`: the log file, capped, following its path, never readable by "other";
 - :mod:`.writer`: the writer thread, so a blocked write never stops the event loop;
