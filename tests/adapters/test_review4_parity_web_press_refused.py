@@ -22,7 +22,7 @@ from accounts_support import remove_accounts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bridge"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import test_review4_parity_slack_press_failure as full_disk
+import full_disk_support as full_disk
 from gateway_harness import gateway_env, running_gateway
 from test_web_browser import LAUNCH_ARGS
 
@@ -31,7 +31,6 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
 ]
-tiny_state = full_disk.tiny_state  # a filled tmpfs over <root>/state
 
 
 @pytest.fixture
