@@ -26,6 +26,7 @@ from .formats import (
     formatter_for,
     is_terminal,
 )
+from .handlers import install, mask
 from .logfile import LOG_FILE_MODE, CappedFileHandler
 from .masking import (
     MASK,
@@ -42,7 +43,6 @@ from .masking import (
     url_secrets,
 )
 from .records import extra_fields
-from .handlers import install, mask
 from .writer import off_thread, stop_writer
 
 __all__ = [

@@ -20,8 +20,7 @@ from accounts_support import remove_accounts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters" / "slack"))
 from fake_slack_api import FakeSlackApi
 from gateway_harness import running_gateway, wait_until
-from slack_support import APP_TOKEN, BOT_TOKEN, slack_env
-from test_slack import event, mention, posts, seen
+from slack_support import APP_TOKEN, BOT_TOKEN, event, mention, posts, seen, slack_env
 
 SLACK_THREAD_COMMANDS = ("new", "status", "stop", "help")
 

@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters" / "slack
 from approval_support import REASON, ask, use_approval_runner
 from fake_slack_api import FakeSlackApi
 from gateway_harness import running_gateway, wait_until
-from slack_support import APP_TOKEN, BOT_TOKEN, slack_env
-from test_slack import event, mention, posted_ts, posts, seen
+from slack_support import APP_TOKEN, BOT_TOKEN, event, mention, posted_ts, posts, seen, slack_env
 
 
 @pytest.fixture

@@ -5,17 +5,12 @@ and in Socket Mode ``apps.connections.open`` proves the app token. ``config chec
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from slack_support import APP_TOKEN, BOT_TOKEN, SECRET
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_slack_api import FakeSlackApi
+from gateway_harness import run_cli
+from slack_support import APP_TOKEN, BOT_TOKEN, SECRET
 
 from adapters.slack.doctor import APP_AUTH_FIX, BOT_AUTH_FIX, NETWORK_FIX, check
 from adapters.slack.spec import SlackSettings
@@ -25,14 +20,7 @@ WRONG = "xoxb-0000000000-a-token-the-fake-refuses"
 
 async def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     # in a thread: the fake Slack API answers from this test's event loop
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "bridge.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **env},
-    )
+    return await asyncio.to_thread(run_cli, env, *args)
 
 
 async def test_doctor_checks_the_bot_token_with_auth_test(

@@ -1,36 +1,31 @@
-"""The Slack surface's edit state, on the real AsyncWebClient against the fake Slack Web API:
-which edit of a message lands, however many messages were edited before."""
+"""The Slack surface's edits (adapters/slack/surface.py), on the real AsyncWebClient against the
+fake Slack Web API: which edit of a message lands, however many messages were edited before
+or whatever press came meanwhile, and an edit that settles a message (a run's summary, an
+answered prompt) tried again after one passing failure (a 5xx, a dropped connection),
+while a progress line, replaced by the next one anyway, is not."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import aiohttp
 import pytest
 from fake_slack_api import FakeSlackApi
-from slack_sdk.web.async_client import AsyncWebClient
-from slack_support import BOT_TOKEN
+from gateway_harness import wait_until
+from slack_support import CHANNEL, TEAM
 
 from adapters.slack.surface import MAX_EDIT_STATE, SlackSurface
 from bridge.model import Choice, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import DeliveryError
 
-CHANNEL, THREAD_TS = "C0CHAN0001", "1764669600.000100"
+THREAD_TS = "1764669600.000100"
 STOP = (Choice(token="AbCdEfGhIjKlMnOp.stop", label="Stop", style="danger"),)
 AT_ONCE = 50  # edits made together: the surface's edit state seen under concurrency
-
-
-@pytest.fixture
-async def surface(fake: FakeSlackApi) -> AsyncIterator[SlackSurface]:
-    client = AsyncWebClient(token=BOT_TOKEN, base_url=fake.api_url, retry_handlers=[])
-    async with aiohttp.ClientSession() as session:
-        client.session = session
-        surface = SlackSurface(client, BOT_TOKEN, api_url=fake.api_url, max_file_bytes=1024)
-        try:
-            yield surface
-        finally:
-            await surface.close()
+TARGET = ReplyTarget(
+    surface="slack",
+    thread_key=f"slack:{TEAM}:{CHANNEL}:{THREAD_TS}",
+    context={"team": TEAM, "channel": CHANNEL, "thread_ts": THREAD_TS},
+)
+LANDS_WITHIN_S = 15.0
 
 
 def target(i: int = 0) -> ReplyTarget:
@@ -90,3 +85,44 @@ async def test_a_stale_press_does_not_replace_a_held_summary(
     await surface.settle(target(), ref, Outgoing(ReplyKind.NOTICE, "This run has ended."))
     await surface.close()  # lets the held edit go out (bounded by CLOSE_FLUSH_S)
     assert edits_of(fake, ref) == ["summary of the run"]
+
+
+def shown(fake: FakeSlackApi, ts: str) -> str:
+    (msg,) = [m for m in fake.messages[CHANNEL] if m["ts"] == ts]
+    return str(msg["text"])
+
+
+@pytest.mark.parametrize("kind", ["5xx", "drop"])
+async def test_a_summary_edit_that_fails_once_still_lands(
+    fake: FakeSlackApi, surface: SlackSurface, kind: str
+) -> None:
+    bubble = Outgoing(ReplyKind.NOTICE, "working… 3m 10s", STOP)
+    ref = await surface.send(TARGET, bubble, reply_key="progress:1")
+    ts = ref.partition(":")[2]
+    fake.fail("chat.update", kind)  # the summary's edit: Slack answers 503 / drops it
+    with pytest.raises(DeliveryError):
+        await surface.edit(TARGET, ref, Outgoing(ReplyKind.NOTICE, "✓ 3 tools · 3m 12s"))
+    try:
+        await wait_until(lambda: "3m 12s" in shown(fake, ts), LANDS_WITHIN_S, "the summary")
+    except AssertionError:
+        raise AssertionError(
+            f"one {kind} on the summary's chat.update and the bubble shows "
+            f"{shown(fake, ts)!r} for good (its Stop button too); chat.update calls: "
+            f"{[c.status for c in fake.calls if c.method == 'chat.update']}"
+        ) from None
+    (msg,) = [m for m in fake.messages[CHANNEL] if m["ts"] == ts]
+    assert not [b for b in msg.get("blocks") or [] if b["type"] == "actions"]
+
+
+async def test_a_progress_edit_that_fails_is_not_tried_again(
+    fake: FakeSlackApi, surface: SlackSurface
+) -> None:
+    """Only an edit that settles a message is tried again: a progress line is replaced by
+    the next one anyway, and retrying it would spend the workspace's edit budget."""
+    ref = await surface.send(TARGET, Outgoing(ReplyKind.NOTICE, "working… 1s", STOP), reply_key="p")
+    fake.fail("chat.update", "5xx")
+    with pytest.raises(DeliveryError) as failed:
+        await surface.edit(TARGET, ref, Outgoing(ReplyKind.NOTICE, "working… 4s", STOP))
+    assert not failed.value.retry_after
+    await surface.close()
+    assert [c.status for c in fake.calls if c.method == "chat.update"] == [503]

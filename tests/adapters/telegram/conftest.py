@@ -1,5 +1,6 @@
-"""The Telegram test modules' fixtures: a fake Bot API, and the gateway's environment on it
-(webhook mode; a module that polls overrides ``env`` on top of this one)."""
+"""The Telegram test modules' fixtures: a fake Bot API, the gateway's environment on it
+(webhook mode; ``tg_support.polling`` turns it to polling), and for the surface's own tests
+a real ``TelegramSurface`` (PTB's ``Bot`` on the gateway's aiohttp transport) on the fake."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from pathlib import Path
 
 import pytest
 from accounts_support import remove_accounts
+from telegram import Bot
 from tg_support import TOKEN, FakeBotApi, telegram_env
+
+from adapters.telegram.surface import TelegramSurface
+from adapters.telegram.transport import AiohttpRequest
 
 
 @pytest.fixture
@@ -25,3 +30,22 @@ def env(
 ) -> Iterator[dict[str, str]]:
     yield telegram_env(tmp_path / "root", fake_dir, uid_range, fake)
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+@pytest.fixture
+async def surface(fake: FakeBotApi) -> AsyncIterator[tuple[TelegramSurface, FakeBotApi]]:
+    """The surface on ``fake``, and ``fake`` (files served from its file server)."""
+    bot = Bot(
+        TOKEN,
+        base_url=fake.api_url,
+        base_file_url=f"http://127.0.0.1:{fake.port}/file/bot",
+        request=AiohttpRequest(pool_size=4),
+        get_updates_request=AiohttpRequest(pool_size=1),
+    )
+    await bot.initialize()
+    s = TelegramSurface(bot, min_interval_s=0.0)
+    try:
+        yield s, fake
+    finally:
+        await s.close()
+        await bot.shutdown()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from gateway_harness import run_cli
 from tg_support import ADA, SECRET, TOKEN, FakeBotApi, running_gateway
 
 from adapters.telegram.doctor import AUTH_FIX, POLLING_FIX, WEBHOOK_FIX, check
@@ -20,14 +21,7 @@ HOOK = "https://bridge.example/telegram/webhook"
 
 async def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     # in a thread: the fake Bot API answers from this test's event loop
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "bridge.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **env},
-    )
+    return await asyncio.to_thread(run_cli, env, *args)
 
 
 async def doctor(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from tg_support import (
     ADA,
+    NOT_AN_AI,
     Call,
     FakeBotApi,
     buttons,
@@ -29,7 +30,6 @@ from tg_support import (
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
-NOT_AN_AI = "reference runner, not an AI"
 READ_TIMEOUT_S = 5.0  # the gateway's Bot API read timeout (adapters/telegram/transport.py)
 
 

@@ -29,6 +29,7 @@ from tg_support import (
     GRACE,
     Client,
     FakeBotApi,
+    polling,
     press,
     private_chat,
     running_gateway,
@@ -45,10 +46,8 @@ OFFSET_KEY = f"telegram:{BOT}:offset"
 
 @pytest.fixture
 def env(env: dict[str, str]) -> dict[str, str]:
-    """The package's environment (conftest.py) in polling mode: no webhook URL."""
-    del env["JAZZ_BRIDGE_TELEGRAM__WEBHOOK_URL"]
-    env["JAZZ_BRIDGE_TELEGRAM__POLL_TIMEOUT_S"] = "1"
-    return env
+    """The package's environment (conftest.py) in polling mode."""
+    return polling(env)
 
 
 def accepted(app: Any) -> float:

@@ -1,8 +1,12 @@
-"""Telegram replies through the real gateway: progress, typing, commands, prompts, flood control.
+"""Telegram replies through the real gateway: progress, typing, commands, answers, flood control.
 
 The real PTB client talks to a fake Bot API; the reference runner is steered from the chat
-text (``!delay``, ``!ask``, ``!artifact``, ``!long``).
-"""
+text (``!delay``, ``!ask``, ``!artifact``, ``!long``). A run shows one progress bubble (its
+Stop button, edited at most every 2 s, closed by the run's summary) and typing, in a forum
+topic too; the commands work also as ``/cmd@botname`` and never reach the runner; an answer
+is split under Telegram's limit, sent once through a 429 (progress dropped meanwhile, the
+answers waiting for the cooldown), and sent as plain text when Telegram refuses its
+formatting."""
 
 from __future__ import annotations
 
@@ -12,39 +16,37 @@ import time
 from typing import Any
 
 import pytest
-from fake_bot_api import Failure
 from tg_support import (
     ADA,
     BOT_NAME,
     FORUM,
     FORUM_CHAT,
     GRACE,
+    NOT_AN_AI,
     Call,
     FakeBotApi,
     buttons,
     mention,
     post,
-    press,
     private_chat,
     running_gateway,
     sample,
     seen,
     sent_to,
     texts,
+    to_chat,
     update,
     utf16,
+    vector,
     wait_sent,
     wait_until,
 )
 
 # PTB 22 itself warns when it builds a RetryAfter (its type becomes timedelta in v23)
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
-NOT_AN_AI = "reference runner, not an AI"
+
+
 EDIT_INTERVAL_S = 2.0  # the Telegram surface's declared progress edit interval
-
-
-def to_chat(fake: FakeBotApi, chat: int) -> list[Call]:
-    return [c for c in fake.calls if str(c.params.get("chat_id")) == str(chat)]
 
 
 async def test_a_run_in_a_forum_topic_shows_progress_typing_and_files_in_that_topic(
@@ -129,25 +131,84 @@ async def test_commands_start_new_stop_also_as_cmd_at_botname(
         assert not texts(fake, ADA, "You said:\n/")
 
 
-async def test_a_question_is_answered_with_its_buttons(
+async def test_the_bubble_says_who_is_waited_for_and_typing_stops_while_the_person_thinks(
     env: dict[str, str], fake: FakeBotApi
 ) -> None:
-    chat = private_chat(ADA)
     async with running_gateway(env) as (app, _client):
-        assert await post(app.port, update(730001200, chat, ADA, "!ask colour?")) == 200
-        (prompt,) = await wait_sent(fake, ADA, "colour?")
-        choices = buttons(prompt)
-        assert {"Red", "Blue", "Skip"} <= set(choices)
-        assert all(len(data.encode()) <= 64 for data in choices.values())
-        assert await post(app.port, press(730001201, ADA, chat, choices["Blue"])) == 200
-        await wait_sent(fake, ADA, "you answered: blue")
-        (answered,) = fake.called("answerCallbackQuery")
-        assert answered.params["callback_query_id"] == "cq730001201"
-        # the same button again: the prompt is gone, and the presser is told so
-        assert await post(app.port, press(730001202, ADA, chat, choices["Red"])) == 200
-        stale = fake.called("answerCallbackQuery")[-1]
-        assert stale.params["show_alert"] is True and "expired" in stale.params["text"]
-        assert not texts(fake, ADA, "you answered: red")
+        # a shared chat: the secret is refused at once, so nobody is waited for after that
+        ask = mention(730001500, FORUM_CHAT, ADA, "!secret API_KEY !delay 8")
+        assert await post(app.port, ask) == 200
+        (refused,) = await wait_sent(fake, FORUM, "never collected in a shared chat")
+        await wait_sent(fake, FORUM, NOT_AN_AI, timeout=30)
+        lines = [
+            str(c.params.get("text"))
+            for c in fake.calls
+            if c.method in ("sendMessage", "editMessageText") and c.at > refused.at
+        ]
+        assert lines and not [t for t in lines if "waiting for you" in t], lines
+
+        # a private question nobody answers yet: "waiting for you", and no "typing…"
+        question_update = update(730001501, private_chat(ADA), ADA, "!ask colour?")
+        assert await post(app.port, question_update) == 200
+        (question,) = await wait_sent(fake, ADA, "colour?")
+        await wait_until(
+            lambda: any(
+                "waiting for you · 5s" in str(c.params.get("text"))
+                for c in fake.called("editMessageText")
+            ),
+            20,
+            "the bubble waiting for 5 s",
+        )
+        typing = [c for c in sent_to(fake, ADA, "sendChatAction") if c.at > question.at + 0.5]
+        assert typing == [], [c.at - question.at for c in typing]
+
+
+async def test_long_answer_is_split_under_telegram_limit(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    async with running_gateway(env) as (app, _client):
+        chat = vector("private_message")["message"]["chat"]
+        assert await post(app.port, update(730000500, chat, ADA, "!long 9000")) == 200
+        await wait_until(
+            lambda: sample(app, "jazz_bridge_runs_total", outcome="ok") == 1, 30, "the run"
+        )
+
+        async def all_sent() -> bool:
+            return not await app.store.undelivered_replies()
+
+        await wait_until(all_sent, 30, "every part sent")
+        answer = [c for c in sent_to(fake, ADA) if not c.params.get("reply_markup")]  # no bubble
+        assert len(answer) >= 3
+        code_blocks = 0
+        for call in answer:
+            text = call.params["text"]
+            assert utf16(text) <= 4096
+            assert "```" not in text  # fences became entities, none was cut open
+            for e in call.params.get("entities") or []:
+                assert e["offset"] >= 0 and e["offset"] + e["length"] <= utf16(text)
+                code_blocks += e["type"] == "pre"
+        assert code_blocks >= 2
+
+
+async def test_a_429_is_honoured_and_the_answer_is_sent_exactly_once(
+    env: dict[str, str], fake: FakeBotApi
+) -> None:
+    fake.fail_next("sendMessage", "429", when=lambda p: "calendar" in p.get("text", ""))
+    async with running_gateway(env) as (app, _client):
+        assert await post(app.port, vector("private_message")) == 200
+        await wait_sent(fake, ADA, "calendar")
+        refused = [c for c in fake.calls if c.method == "sendMessage" and c.status == 429]
+        assert len(refused) == 1
+        (ok,) = [c for c in sent_to(fake, ADA) if "calendar" in c.params["text"]]
+        assert ok.at - refused[0].at >= 0.9  # waited out retry_after
+        await wait_until(
+            lambda: (
+                sample(app, "jazz_bridge_replies_total", surface="telegram", result="sent") >= 1
+            ),
+            10,
+            "the reply recorded as sent",
+        )
+        assert len([c for c in sent_to(fake, ADA) if "calendar" in c.params["text"]]) == 1
 
 
 async def test_after_a_429_progress_is_dropped_and_answers_wait_for_the_cooldown(
@@ -267,135 +328,20 @@ async def test_a_429_in_the_middle_of_a_long_answer_sends_nothing_twice(
                 assert e["offset"] >= 0 and e["offset"] + e["length"] <= length
 
 
-async def test_the_bubble_says_who_is_waited_for_and_typing_stops_while_the_person_thinks(
+async def test_refused_formatting_is_resent_as_plain_text(
     env: dict[str, str], fake: FakeBotApi
 ) -> None:
+    fake.fail_next("sendMessage", "entities", when=lambda p: bool(p.get("entities")))
     async with running_gateway(env) as (app, _client):
-        # a shared chat: the secret is refused at once, so nobody is waited for after that
-        ask = mention(730001500, FORUM_CHAT, ADA, "!secret API_KEY !delay 8")
-        assert await post(app.port, ask) == 200
-        (refused,) = await wait_sent(fake, FORUM, "never collected in a shared chat")
-        await wait_sent(fake, FORUM, NOT_AN_AI, timeout=30)
-        lines = [
-            str(c.params.get("text"))
-            for c in fake.calls
-            if c.method in ("sendMessage", "editMessageText") and c.at > refused.at
-        ]
-        assert lines and not [t for t in lines if "waiting for you" in t], lines
-
-        # a private question nobody answers yet: "waiting for you", and no "typing…"
-        question_update = update(730001501, private_chat(ADA), ADA, "!ask colour?")
-        assert await post(app.port, question_update) == 200
-        (question,) = await wait_sent(fake, ADA, "colour?")
-        await wait_until(
-            lambda: any(
-                "waiting for you · 5s" in str(c.params.get("text"))
-                for c in fake.called("editMessageText")
-            ),
-            20,
-            "the bubble waiting for 5 s",
-        )
-        typing = [c for c in sent_to(fake, ADA, "sendChatAction") if c.at > question.at + 0.5]
-        assert typing == [], [c.at - question.at for c in typing]
-
-
-async def test_prompt_buttons_go_when_approve_all_answers_them_or_the_run_ends(
-    env: dict[str, str], fake: FakeBotApi
-) -> None:
-    chat = private_chat(ADA)
-
-    def settled(words: str) -> list[Call]:
-        return [
-            c
-            for c in fake.called("editMessageText")
-            if words in str(c.params.get("text")) and "reply_markup" not in c.params
-        ]
-
-    async with running_gateway(env) as (app, _client):
-        assert await post(app.port, update(730001600, chat, ADA, "!approve2 bash")) == 200
-        first, second = await wait_sent(fake, ADA, "Approval needed", count=2)
-        approve_all = next(v for k, v in buttons(second).items() if k.startswith("Approve all"))
-        assert await post(app.port, press(730001601, ADA, chat, approve_all)) == 200
-        await wait_sent(fake, ADA, "approved")
-        # the first prompt was answered by the second's "Approve all": its buttons go too
-        await wait_until(lambda: bool(settled("Approved bash")), 10, "the first prompt settled")
-        assert buttons(first)  # it had buttons
-
-        assert await post(app.port, update(730001602, chat, ADA, "!ask colour?")) == 200
-        await wait_sent(fake, ADA, "colour?")
-        assert await post(app.port, update(730001603, chat, ADA, "/stop")) == 200
-        await wait_until(lambda: bool(settled("Expired")), 15, "the question's buttons gone")
-
-
-OLD_GROUP = -4001234567
-NEW_SUPERGROUP = -1004001234567
-
-
-async def test_an_answer_to_a_group_upgraded_meanwhile_goes_to_the_supergroup(
-    env: dict[str, str], fake: FakeBotApi
-) -> None:
-    """A basic group upgraded to a supergroup while its run works (an admin turns on topics,
-    a public link, ...): every call to the old id is refused with ``migrate_to_chat_id``
-    (PTB's ChatMigrated). It was mapped to a permanent failure, so the answer was recorded
-    as failed and never posted, though Telegram said where it goes. Now the call is made
-    again in the supergroup, and the thread's later calls go there directly."""
-    migrated = {
-        "ok": False,
-        "error_code": 400,
-        "description": "Bad Request: group chat was upgraded to a supergroup chat",
-        "parameters": {"migrate_to_chat_id": NEW_SUPERGROUP},
-    }
-    methods = ("sendMessage", "editMessageText", "sendChatAction", "sendPhoto", "sendDocument")
-    for method in methods:
-        for _ in range(20):
-            fake.failures.append(
-                Failure(method, 400, migrated, lambda p: int(p["chat_id"]) == OLD_GROUP)
-            )
-    chat = {"id": OLD_GROUP, "type": "group", "title": "Old group"}
-    async with running_gateway(env) as (app, _client):
-        # 6 s: the bubble is edited and typing renewed while the run works
         assert (
-            await post(app.port, mention(730300001, chat, ADA, "!delay 6 !artifact plot.png"))
+            await post(
+                app.port,
+                update(730000400, vector("private_message")["message"]["chat"], ADA, "/help"),
+            )
             == 200
         )
-
-        def settled() -> bool:
-            failed = sample(app, "jazz_bridge_replies_total", surface="telegram", result="failed")
-            return failed > 0 or bool(sent_to(fake, NEW_SUPERGROUP, "sendPhoto"))
-
-        await wait_until(settled, 30, "the answer and its file sent or given up")
-        assert texts(fake, NEW_SUPERGROUP, NOT_AN_AI), seen(fake)
-        assert sent_to(fake, NEW_SUPERGROUP, "sendChatAction")
-        edits = [c for c in fake.called("editMessageText") if c.params["chat_id"] == NEW_SUPERGROUP]
-        assert edits, seen(fake)
-        # the move is remembered: the old id was tried only by calls already under way
-        old = to_chat(fake, OLD_GROUP)
-        assert {c.status for c in old} == {400} and len(old) <= 2, seen(fake)
-
-
-async def test_a_press_is_answered_before_the_pressed_message_is_edited(
-    env: dict[str, str], fake: FakeBotApi
-) -> None:
-    """The button spins until its callback query is answered; the pressed message's edit
-    waits for the chat's pace (seconds in a group) and may be slow. The answer used to be
-    sent only after that edit: here the fake Bot API holds an edit of the question until
-    the press is answered (bounded), and counts one that came before the answer."""
-    chat = private_chat(ADA)
-    async with running_gateway(env) as (app, _client):
-        assert await post(app.port, update(730001700, chat, ADA, "!ask colour?")) == 200
-        (prompt,) = await wait_sent(fake, ADA, "colour?")
-        prompt_id = int(prompt.result["message_id"])
-        gate = fake.gate(
-            "editMessageText",
-            after="answerCallbackQuery",
-            timeout_s=3,  # under PTB's 5 s read timeout: the old order fails, never hangs
-            when=lambda p: int(p["message_id"]) == prompt_id,
-        )
-        blue = buttons(prompt)["Blue"]
-        assert await post(app.port, press(730001701, ADA, chat, blue, prompt_id)) == 200
-        await wait_sent(fake, ADA, "you answered: blue")
-        (answer,) = fake.called("answerCallbackQuery")
-        assert answer.params["text"] == "Answered by Ada: blue"
-        edits = [c for c in fake.called("editMessageText") if c.params["message_id"] == prompt_id]
-        assert edits and edits[0].params["text"] == "Answered by Ada: blue"
-        assert gate.early == 0, seen(fake)
+        (plain,) = await wait_sent(fake, ADA, "jazz-bridge")
+        assert not plain.params.get("entities") and not plain.params.get("parse_mode")
+        assert "/new" in plain.params["text"]
+        refused = [c for c in fake.calls if c.status == 400]
+        assert len(refused) == 1 and refused[0].params.get("entities")

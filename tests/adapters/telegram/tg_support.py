@@ -1,6 +1,8 @@
-"""What the Telegram test modules share: ids, the gateway's environment, webhook posts, waits.
+"""What the Telegram test modules share: ids, the gateway's environment (webhook or polling),
+updates as Telegram sends them, webhook posts, what the fake saw, waits.
 
-The fixtures on top of these (``fake``, ``env``) are in this directory's ``conftest.py``.
+The fixtures on top of these (``fake``, ``env``, ``surface``) are in this directory's
+``conftest.py``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ GROUP = -1001234567890
 FORUM = -1009876543210
 GROUP_CHAT = {"id": GROUP, "title": "Ops", "type": "supergroup"}
 FORUM_CHAT = {"id": FORUM, "title": "Team", "type": "supergroup", "is_forum": True}
+NOT_AN_AI = "reference runner, not an AI"  # in every answer of the reference runner
 
 
 def private_chat(user: int) -> dict[str, Any]:
@@ -77,6 +80,13 @@ def telegram_env(
     return env
 
 
+def polling(env: dict[str, str]) -> dict[str, str]:
+    """``env`` (the gateway's environment, changed in place) in polling mode: no webhook URL."""
+    del env["JAZZ_BRIDGE_TELEGRAM__WEBHOOK_URL"]
+    env["JAZZ_BRIDGE_TELEGRAM__POLL_TIMEOUT_S"] = "1"
+    return env
+
+
 async def post(port: int, body: Any, secret: str | None = SECRET, raw: bytes | None = None) -> int:
     headers = {"Content-Type": "application/json"}
     if secret is not None:
@@ -91,6 +101,11 @@ async def post(port: int, body: Any, secret: str | None = SECRET, raw: bytes | N
 
 def sent_to(fake: FakeBotApi, chat: int, method: str = "sendMessage") -> list[Call]:
     return [c for c in fake.called(method) if int(c.params["chat_id"]) == chat]
+
+
+def to_chat(fake: FakeBotApi, chat: int) -> list[Call]:
+    """Every call the fake got for ``chat``, whatever its method."""
+    return [c for c in fake.calls if str(c.params.get("chat_id")) == str(chat)]
 
 
 def seen(fake: FakeBotApi) -> list[tuple[str, int, str]]:

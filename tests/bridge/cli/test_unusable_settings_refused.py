@@ -3,7 +3,7 @@ an empty token (an unset variable in an env file), an empty root, a host that do
 resolve; and doctor reports a damaged uid map instead of crashing.
 
 CLI tests run the real command line in a subprocess (the ``cli`` fixture); the web test runs
-the real gateway in process (as tests/adapters/test_web_api.py does).
+the real gateway in process (as tests/adapters/web/test_web_api.py does).
 """
 
 from __future__ import annotations

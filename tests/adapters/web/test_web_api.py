@@ -1,0 +1,193 @@
+"""The local web chat's API (adapters/web/adapter.py), the real gateway in process: against
+what another web page could make a browser do (a form, a no-cors fetch, another origin, DNS
+rebinding), input a client library would never send (raw bytes over a socket: odd
+charsets, half a surrogate pair, a thread name ending in a newline, a body that says gzip
+and is not), a button pressed through another thread's URL, the token given in any case of
+its scheme, and event streams (refused while the gateway stops; one that ended leaves
+nothing behind per thread name)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from accounts_support import remove_accounts
+from web_support import JSON_TYPE, Client, gateway_env, post, raw, running_gateway, wait_until
+
+OPS_TOKEN = "ops-token-for-the-web-api-tests"
+WEB_TOKEN = "web-token-for-the-review-0123456789"
+
+
+@pytest.fixture
+def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
+    yield gateway_env(tmp_path / "root", fake_dir, uid_range, JAZZ_BRIDGE_OPS__TOKEN=OPS_TOKEN)
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+async def test_another_site_cannot_post_or_read_through_a_browser(env: dict[str, str]) -> None:
+    body = json.dumps({"user": "me", "text": "from another site"}).encode()
+    path = "/api/threads/demo/messages"
+    async with running_gateway(env) as (_, client):
+        # a form or a no-cors fetch from another page: not JSON, so no preflight was needed
+        plain = post(path, body, b"Content-Type: text/plain;charset=UTF-8")
+        assert (await raw(client, plain))[0] == 415
+        form = post(path, b"user=me&text=x", b"Content-Type: application/x-www-form-urlencoded")
+        assert (await raw(client, form))[0] == 415
+        # JSON that names another origin
+        foreign = post(
+            path, body, b"Content-Type: application/json", b"Origin: http://evil.example"
+        )
+        assert (await raw(client, foreign))[0] == 403
+        # DNS rebinding: the attacker's name resolving to 127.0.0.1
+        rebound = b"GET /api/threads/demo/messages HTTP/1.1\r\nHost: attacker.example\r\n"
+        assert (await raw(client, rebound + b"Connection: close\r\n\r\n"))[0] == 421
+        # a message is stored before its answer: none of those was (nor run)
+        assert await client.messages("demo") == []
+        assert client.runs() == []
+        # the page itself: same origin, JSON
+        own = post(path, body, b"Content-Type: application/json", b"Origin: http://127.0.0.1")
+        assert (await raw(client, own))[0] == 202
+        await client.wait_role("demo", "assistant")
+        users = [m["text"] for m in await client.messages("demo") if m["role"] == "user"]
+        assert users == ["from another site"]
+        assert len(client.starts("web:demo")) == 1
+
+
+async def test_bad_input_is_a_clear_400_never_a_500(env: dict[str, str]) -> None:
+    path = "/api/threads/bad/messages"
+    json_type = b"Content-Type: application/json"
+    async with running_gateway(env) as (_, client):
+        cases = [
+            post(path, b'{"user":"a","text":"b"}', b"Content-Type: application/json; charset=nope"),
+            post(path, b'{"user":"a","text":"x\\ud800"}', json_type),
+            post(path, b'{"user":"\\ud800","text":"hi"}', json_type),
+            post(path, b'{"user":"a","text":"hi"}', json_type, b"Idempotency-Key: \xff\xfe"),
+            post("/api/threads/bad/choices", b'{"user":"a","token":"\\ud800"}', json_type),
+        ]
+        for request in cases:
+            status, answer = await raw(client, request)
+            assert status == 400, (request, status, answer)
+        ops = [
+            b"GET /ops HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \xff\r\n",
+            b"GET /ops/c/99999999999999999999 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Authorization: Bearer {OPS_TOKEN}\r\n".encode(),
+        ]
+        statuses = [(await raw(client, r + b"Connection: close\r\n\r\n"))[0] for r in ops]
+        assert statuses == [403, 404]
+        assert await client.messages("bad") == []  # stored before any answer: none was
+        assert client.runs() == []
+
+
+async def test_a_thread_name_ending_in_a_newline_is_a_400(env: dict[str, str]) -> None:
+    body = json.dumps({"user": "me", "text": "hi"}).encode()
+    async with running_gateway(env) as (_, client):
+        for path in ("/api/threads/demo%0A/messages", "/api/threads/demo%0A/choices"):
+            status, answer = await raw(client, post(path, body, JSON_TYPE))
+            assert status == 400, (path, status, answer)
+        assert client.runs() == []
+
+
+async def test_a_body_that_cannot_be_decoded_is_a_400(env: dict[str, str]) -> None:
+    async with running_gateway(env) as (_, client):
+        body = b'{"user":"a","text":"hi"}'  # says gzip, is not
+        request = post("/api/threads/gz/messages", body, JSON_TYPE, b"Content-Encoding: gzip")
+        status, answer = await raw(client, request)
+        assert status == 400, (status, answer)
+        assert b"Content-Encoding" in answer
+        assert await client.messages("gz") == []
+
+
+async def _live_stop(client: Client, thread: str) -> str:
+    """The Stop token of ``thread``'s progress bubble, once it shows."""
+    found: list[dict[str, Any]] = []
+
+    async def shown() -> bool:
+        found[:] = [c for m in await client.messages(thread) if m.get("live") for c in m["choices"]]
+        return bool(found)
+
+    await wait_until(shown, what=f"the progress bubble of {thread} with its Stop")
+    return str(found[0]["token"])
+
+
+async def test_a_button_is_pressed_only_through_its_own_thread(env: dict[str, str]) -> None:
+    async with running_gateway(env) as (_, client):
+        # a Stop: pressed through another thread's URL, it stopped this thread's run
+        await client.post("own", "hold OWN")
+        stop = await _live_stop(client, "own")
+        status, body = await client.press("other", stop, "ada")
+        assert status == 410, (status, body)
+        client.release("OWN")
+        answer = (await client.wait_role("own", "assistant"))[0]["text"]
+        assert "fake answer to: hold OWN" in answer
+        # an approval: the same (in the same conversation: one account to make, not two)
+        await client.post("own", "approve")
+        prompt = (await client.wait_role("own", "prompt"))[0]
+        approve = next(c["token"] for c in prompt["choices"] if c["label"] == "Approve")
+        status, body = await client.press("elsewhere", approve, "ada")
+        assert status == 410, (status, body)
+        assert "not from this thread" in body["text"]
+        # through its own thread it still works
+        status, body = await client.press("own", approve, "ada")
+        assert status == 200, body
+        answer = (await client.wait_role("own", "assistant", 2))[1]["text"]
+        assert "the tool was approved" in answer
+
+
+async def test_the_bearer_scheme_is_case_insensitive(env: dict[str, str]) -> None:
+    env["JAZZ_BRIDGE_WEB__TOKEN"] = WEB_TOKEN
+    async with running_gateway(env) as (_, client):
+        url = f"{client.base}/api/threads/t/messages"
+        for scheme in ("Bearer", "bearer", "BEARER"):
+            headers = {"Authorization": f"{scheme} {WEB_TOKEN}"}
+            async with client.session.get(url, headers=headers) as r:
+                assert r.status == 200, (scheme, r.status, await r.text())
+        async with client.session.get(url, headers={"Authorization": "bearer wrong"}) as r:
+            assert r.status == 401
+
+
+async def test_event_streams_opened_while_stopping_are_refused(env: dict[str, str]) -> None:
+    async with running_gateway(env) as (app, client):
+        (web,) = [a for a in app.adapters if a.name == "web"]
+        await web.stop()  # the gateway's stop path, first step
+        get = b"GET /api/threads/t/events HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        status, _ = await raw(client, get)
+        assert status == 503  # a browser's EventSource does not reconnect after this
+
+
+async def _open_and_drop(port: int, thread: str) -> None:
+    """Open the event stream of ``thread``, read its first line, hang up."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(
+            f"GET /api/threads/{thread}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+        )
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b": connected\n\n"), 10)
+        assert b" 200 " in head.split(b"\r\n", 1)[0]
+    finally:
+        writer.close()
+
+
+async def test_closed_event_streams_leave_no_entry_per_thread(env: dict[str, str]) -> None:
+    async with running_gateway(env) as (app, client):
+        (web,) = [a for a in app.adapters if a.name == "web"]
+        listeners = web.surface.listeners  # type: ignore[attr-defined]
+        threads = [f"probe-{secrets.token_hex(4)}-{i}" for i in range(20)]
+        for thread in threads:
+            await _open_and_drop(app.port, thread)
+        # every stream has noticed its client is gone (at the latest at its heartbeat)
+        await wait_until(
+            lambda: all(not listeners.get(t) for t in threads),
+            timeout=40,
+            what="the dropped streams to end",
+        )
+        left = [t for t in threads if t in listeners]
+        assert left == [], f"{len(left)} of {len(threads)} thread names stay in memory: {left[:3]}"
+        # and nothing was stored for any of them: the names cost memory only
+        for thread in threads[:2]:
+            assert await client.messages(thread) == []

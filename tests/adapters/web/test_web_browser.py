@@ -1,0 +1,150 @@
+"""The web chat page in headless Chromium (Debian's), driven by Playwright, the real gateway
+in process: send a message, see progress, press an approval button, read the answer; the
+page refused without the token when one is set, and never shown in another site's frame
+(clickjacking); a message the gateway did NOT store (it stops, its disk is full) stays in
+the text box, not lost; a refused press shows why (the refusal's reason, not "error 507").
+
+The full-disk test puts the state directory on a small tmpfs that is filled (root only)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import full_disk_support as full_disk
+import pytest
+from accounts_support import remove_accounts
+from web_support import BROWSER, CHROMIUM, LAUNCH_ARGS, gateway_env, running_gateway
+
+pytestmark = BROWSER
+
+
+WEB_TOKEN = "s3cret-token-0123456789"
+TYPED = "a long message I do not want to type twice"
+
+
+@pytest.fixture
+def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
+    yield gateway_env(tmp_path / "root", fake_dir, uid_range)
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+async def test_send_see_progress_approve_and_read_the_answer(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with running_gateway(env) as (app, _client), async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
+        )
+        try:
+            page = await browser.new_page()
+            await page.goto(f"http://127.0.0.1:{app.port}/?thread=browser&user=ada")
+            await page.fill("#text", "please approve this")
+            await page.click("#send-button")
+            await expect(page.locator(".msg.user")).to_contain_text("please approve this")
+            # the run waits for the approval: the progress bubble shows it still working
+            await expect(page.locator(".msg.status[data-live='1']")).to_contain_text(
+                "waiting for you", timeout=15_000
+            )
+            approve = page.get_by_role("button", name="Approve", exact=True)
+            await expect(approve).to_be_visible(timeout=15_000)
+            await page.screenshot(path=str(tmp_path / "prompt.png"))
+            await approve.click()
+            await expect(page.locator(".msg.assistant")).to_contain_text(
+                "the tool was approved", timeout=15_000
+            )
+            await page.screenshot(path=str(tmp_path / "answer.png"))
+        finally:
+            await browser.close()
+
+
+async def test_the_page_refuses_without_the_token_when_one_is_set(
+    env: dict[str, str],
+) -> None:
+
+    env["JAZZ_BRIDGE_WEB__TOKEN"] = WEB_TOKEN
+    async with running_gateway(env) as (app, _client):
+        base = f"http://127.0.0.1:{app.port}"
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{base}/api/threads/x/messages") as r:
+                assert r.status == 401
+            async with s.post(
+                f"{base}/api/threads/x/messages", json={"user": "a", "text": "b"}
+            ) as r:
+                assert r.status == 401
+            async with s.get(
+                f"{base}/api/threads/x/messages", headers={"Authorization": f"Bearer {WEB_TOKEN}"}
+            ) as r:
+                assert r.status == 200
+
+
+async def test_another_site_cannot_frame_the_chat(env: dict[str, str]) -> None:
+    """Clickjacking: a page the person visits frames the chat (their thread and name are in
+    the URL) under a decoy and gets the click that approves a pending tool."""
+    from playwright.async_api import async_playwright
+
+    async with running_gateway(env) as (app, _client), async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = await browser.new_page()
+            chat = f"http://127.0.0.1:{app.port}/?thread=demo&user=ada"
+            await page.set_content(f'<iframe src="{chat}"></iframe>', wait_until="load")
+            (frame,) = [f for f in page.frames if f != page.main_frame]
+            assert await frame.locator("#send-button").count() == 0, "the chat showed in a frame"
+        finally:
+            await browser.close()
+
+
+async def test_a_message_refused_while_the_gateway_stops_stays_in_the_box(
+    env: dict[str, str],
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with running_gateway(env) as (app, client), async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
+        )
+        try:
+            page = await browser.new_page()
+            await page.goto(f"http://127.0.0.1:{app.port}/?thread=lost&user=ada")
+            await expect(page.locator("#state")).to_have_text("connected", timeout=15_000)
+            # the first step of GatewayApp.stop(): intake closes (a restart, an upgrade)
+            assert app.engine is not None
+            app.engine.stopping = True
+            await page.fill("#text", TYPED)
+            async with page.expect_response(lambda r: r.request.method == "POST") as answer:
+                await page.click("#send-button")
+            assert (await answer.value).status == 503  # "NOT stored; try again shortly"
+            await expect(page.locator("#toast")).to_contain_text("shutting down", timeout=5_000)
+            assert await client.messages("lost") == []  # really not stored
+            await expect(page.locator("#text")).to_have_value(TYPED, timeout=2_000)
+        finally:
+            await browser.close()
+
+
+async def test_a_refused_press_shows_why(env: dict[str, str], tiny_state: Path) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with running_gateway(env) as (app, client), async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
+        )
+        try:
+            page = await browser.new_page()
+            await page.goto(f"http://127.0.0.1:{app.port}/?thread=full&user=ada")
+            await page.fill("#text", "please approve this")
+            await page.click("#send-button")
+            approve = page.get_by_role("button", name="Approve", exact=True)
+            await expect(approve).to_be_visible(timeout=15_000)
+            filler = full_disk.fill(tiny_state)
+            await full_disk.refuses_writes(client)
+            await approve.click()
+            await expect(page.locator("#toast")).to_contain_text("disk is full", timeout=10_000)
+            filler.unlink()
+        finally:
+            await browser.close()
