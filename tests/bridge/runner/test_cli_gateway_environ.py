@@ -24,7 +24,7 @@ import pytest
 from accounts_support import needs_root
 
 NOBODY = 65534
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOKEN = "1234567:review4-bot-token-in-the-gateway-environment"
 
 RUNNER = r"""
