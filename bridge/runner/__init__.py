@@ -1,7 +1,8 @@
 """Runner backends: the CLI (``jazz run --json``) and the Jazz daemon, behind one interface."""
 
 from .base import PROMPT_EVENTS, RunHandle, RunnerBackend, RunnerEvent, RunRequest, RunResult
-from .cli import CliRunner, default_command
+from .cli import CliRunner
+from .command import default_command
 
 __all__ = [
     "PROMPT_EVENTS",

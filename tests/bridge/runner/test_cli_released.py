@@ -11,7 +11,6 @@ a $0 run of a local provider is a known cost; it has no ``jazz daemon``.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +18,6 @@ from typing import Any
 
 import pytest
 from accounts_support import remove_accounts
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway_harness import Client, gateway_env, install_fake_runner, running_gateway, wait_until
 
 from bridge.engine import conversation_name

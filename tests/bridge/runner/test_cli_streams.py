@@ -1,4 +1,5 @@
-"""Review: the progress events read ahead of the turn engine are bounded in bytes too.
+"""Reading a CLI run's output (``bridge.runner.cli_streams``): the progress events read
+ahead of the turn engine are bounded in bytes too, and none is lost.
 
 The queue between the runner's stderr and the engine held up to 256 events, whatever their
 size, each up to 16 MiB (a ``tool_execution_complete`` carrying a tool's whole output, or
@@ -10,16 +11,12 @@ once the events nobody has read yet add up to ``MAX_QUEUED_BYTES``.
 from __future__ import annotations
 
 import asyncio
-import os
-import pwd
 import sys
 from pathlib import Path
 
-from bridge.runner.base import RunRequest
+from cli_run_support import own_request
+
 from bridge.runner.cli import CliRunHandle, CliRunner
-from provisioning.accounts import Account
-from provisioning.homes import Home
-from provisioning.sandbox import run_identity
 
 BOUND_S = 30
 EVENTS = 300
@@ -65,20 +62,6 @@ print(json.dumps({"ok": True, "answer": "done"}), flush=True)
 """
 
 
-def home(tmp_path: Path) -> Home:
-    path = tmp_path / "home"
-    (path / "workspace").mkdir(parents=True)
-    me = pwd.getpwuid(os.getuid())
-    return Home(
-        thread_key="web:mem",
-        name="mem",
-        path=path,
-        account=Account(me.pw_name, me.pw_uid, me.pw_gid),
-        operator_gid=me.pw_gid,
-        isolated=False,
-    )
-
-
 async def test_unread_events_hold_a_bounded_amount_of_memory(tmp_path: Path) -> None:
     script = tmp_path / "runner.py"
     script.write_text(
@@ -88,16 +71,7 @@ async def test_unread_events_hold_a_bounded_amount_of_memory(tmp_path: Path) -> 
     )
     marker = tmp_path / "sent"
     runner = CliRunner([sys.executable, str(script), str(marker)], kill_grace_s=0.5)
-    h = home(tmp_path)
-    request = RunRequest(
-        home=h,
-        identity=run_identity(h, surface="web", environ={"PATH": os.environ["PATH"]}),
-        conversation="web:mem#1",
-        prompt="hi",
-        agent="default",
-        approval_policy="low-risk",
-        timeout_s=BOUND_S,
-    )
+    request = own_request(tmp_path, "mem", timeout_s=BOUND_S)
     handle = await asyncio.wait_for(runner.start(request), BOUND_S)
     assert isinstance(handle, CliRunHandle)
     try:

@@ -1,35 +1,19 @@
-"""The CLI backend's run handle against small runners of the test's own (real processes):
-what the contract allows a runner to do must never leave a run without a timeout or an end."""
+"""The CLI backend's run handle (``bridge.runner.cli_handle``) against small runners of the
+test's own (real processes): what the contract allows a runner to do must never leave a run
+without a timeout or an end."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import pwd
 import sys
 from pathlib import Path
 
-from bridge.runner.base import RunRequest, RunResult
+from cli_run_support import own_request
+
+from bridge.runner.base import RunResult
 from bridge.runner.cli import CliRunHandle, CliRunner
-from provisioning.accounts import Account
-from provisioning.homes import Home
-from provisioning.sandbox import run_identity
 
 BOUND_S = 20  # every wait below is bounded by this
-
-
-def home(tmp_path: Path) -> Home:
-    path = tmp_path / "home"
-    (path / "workspace").mkdir(parents=True)
-    me = pwd.getpwuid(os.getuid())
-    return Home(
-        thread_key="web:t",
-        name="t",
-        path=path,
-        account=Account(me.pw_name, me.pw_uid, me.pw_gid),
-        operator_gid=me.pw_gid,
-        isolated=False,
-    )
 
 
 def runner(tmp_path: Path, body: str) -> CliRunner:
@@ -41,16 +25,7 @@ def runner(tmp_path: Path, body: str) -> CliRunner:
 async def start(
     tmp_path: Path, r: CliRunner, prompt: str = "hi", timeout_s: float = 1.0
 ) -> CliRunHandle:
-    h = home(tmp_path)
-    request = RunRequest(
-        home=h,
-        identity=run_identity(h, surface="web", environ={"PATH": os.environ["PATH"]}),
-        conversation="web:t#1",
-        prompt=prompt,
-        agent="default",
-        approval_policy="low-risk",
-        timeout_s=timeout_s,
-    )
+    request = own_request(tmp_path, "t", prompt=prompt, timeout_s=timeout_s)
     handle = await asyncio.wait_for(r.start(request), BOUND_S)
     assert isinstance(handle, CliRunHandle)
     return handle

@@ -11,22 +11,16 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from accounts_support import remove_accounts
-from fake_daemon import TOKEN, FakeDaemon, FakeRun, serving
+from fake_daemon import TOKEN, FakeDaemon, FakeRun
 from gateway_harness import gateway_env, wait_until
 from test_crash_recovery import free_port, serve
 
 from bridge.engine import conversation_name
-
-
-@pytest.fixture
-async def daemon() -> AsyncIterator[FakeDaemon]:
-    async with serving(FakeDaemon()) as fake:
-        yield fake
 
 
 @pytest.fixture

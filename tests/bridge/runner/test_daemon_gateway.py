@@ -8,21 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from accounts_support import remove_accounts
-from fake_daemon import OPERATOR, SUCCESS, TOKEN, WAIT, FakeDaemon, FakeRun, serving
+from fake_daemon import OPERATOR, SUCCESS, TOKEN, WAIT, FakeDaemon, FakeRun
 from gateway_harness import gateway_env, running_gateway, wait_until
 
 from bridge.engine import conversation_name
-
-
-@pytest.fixture
-async def daemon() -> AsyncIterator[FakeDaemon]:
-    async with serving(FakeDaemon()) as fake:
-        yield fake
 
 
 @pytest.fixture
