@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from reference_support import prompt
 
-from bridge.runner.cli import TOOL_MODE, default_command, reference_copy, shared_interpreter
+from bridge.runner.command import TOOL_MODE, default_command, reference_copy, shared_interpreter
 from reference_runner import bundle
 
 PACKAGE = bundle.PACKAGE.name
