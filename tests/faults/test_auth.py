@@ -18,7 +18,6 @@ import copy
 import hashlib
 import hmac
 import json
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -30,8 +29,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
-for extra in (TESTS / "bridge", TESTS / "adapters" / "slack", TESTS / "adapters" / "telegram"):
-    sys.path.insert(0, str(extra))
 
 from fake_bot_api import FakeBotApi  # noqa: E402
 from fake_slack_api import FakeSlackApi  # noqa: E402

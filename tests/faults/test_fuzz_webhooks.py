@@ -30,7 +30,6 @@ import hmac
 import json
 import os
 import string
-import sys
 import threading
 import time
 from collections import Counter
@@ -49,8 +48,6 @@ from hypothesis import strategies as st
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
-for extra in (TESTS / "bridge", TESTS / "adapters" / "slack", TESTS / "adapters" / "telegram"):
-    sys.path.insert(0, str(extra))
 
 from fake_bot_api import FakeBotApi  # noqa: E402
 from fake_slack_api import FakeSlackApi  # noqa: E402

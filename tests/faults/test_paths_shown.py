@@ -19,31 +19,24 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from accounts_support import needs_root, remove_accounts
-
-HERE = Path(__file__).resolve().parent
-for extra in (HERE.parent / "bridge", HERE.parent / "adapters" / "telegram"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
-
-from fake_bot_api import FakeBotApi  # noqa: E402
-from gateway_harness import (  # noqa: E402
+from fake_bot_api import FakeBotApi
+from gateway_harness import (
     gateway_env,
     running_gateway,
     use_reference_runner,
     wait_until,
 )
 
-from bridge.runner.cli import shared_interpreter  # noqa: E402
-from provisioning import naming  # noqa: E402
-from provisioning.layout import Layout  # noqa: E402
+from bridge.runner.cli import shared_interpreter
+from provisioning import naming
+from provisioning.layout import Layout
 
 pytestmark = [
     pytest.mark.faults,
@@ -137,14 +130,6 @@ async def test_artifact_refusals_name_files_relative_to_the_home(
 
 
 # -- an attachment refused: Telegram names a file on the gateway's own disk ----------------------
-
-
-@pytest.fixture
-async def bot_api() -> AsyncIterator[FakeBotApi]:
-    api = FakeBotApi(TG_TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ gateway with the fake Bot API. Every wait is bounded.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -27,24 +26,15 @@ import aiohttp
 import pytest
 from accounts_support import needs_root, remove_accounts
 from aiohttp import web
+from fake_bot_api import FakeBotApi
+from fake_slack_api import FakeSlackApi
+from gateway_harness import gateway_env, running_gateway, wait_until
+from platforms_support import slack_event, slack_signed
 from slack_sdk.web.async_client import AsyncWebClient
 
-HERE = Path(__file__).resolve().parent
-for extra in (
-    HERE.parent / "bridge",
-    *(HERE.parent / "adapters" / p for p in ("slack", "telegram")),
-):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
-
-from fake_bot_api import FakeBotApi  # noqa: E402
-from fake_slack_api import FakeSlackApi  # noqa: E402
-from gateway_harness import gateway_env, running_gateway, wait_until  # noqa: E402
-from platforms_support import slack_event, slack_signed  # noqa: E402
-
-from adapters.slack.surface import SlackSurface  # noqa: E402
-from bridge.model import Attachment  # noqa: E402
-from bridge.ports import DeliveryError  # noqa: E402
+from adapters.slack.surface import SlackSurface
+from bridge.model import Attachment
+from bridge.ports import DeliveryError
 
 pytestmark = [
     pytest.mark.faults,
@@ -105,14 +95,6 @@ async def recorder() -> AsyncIterator[Recorder]:
 
 
 # -- Slack: through the gateway --------------------------------------------------------------
-
-
-@pytest.fixture
-async def slack_api() -> AsyncIterator[FakeSlackApi]:
-    api = FakeSlackApi(SLACK_TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
 
 
 @pytest.fixture
@@ -235,14 +217,6 @@ def test_where_the_slack_token_may_go(url: str, api_url: str, allowed: bool) -> 
 
 
 # -- Telegram: the file URL the Bot API names --------------------------------------------------
-
-
-@pytest.fixture
-async def bot_api() -> AsyncIterator[FakeBotApi]:
-    api = FakeBotApi(TG_TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
 
 
 @pytest.fixture
