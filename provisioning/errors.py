@@ -50,6 +50,10 @@ class UnsafePathError(ProvisioningError):
     """A path inside a home is a link or otherwise not what it must be; nothing was followed."""
 
 
+class ArchiveError(ProvisioningError):
+    """A home cannot be archived or restored as things stand; the message says why."""
+
+
 class TemplateError(ProvisioningError):
     """A new home could not be seeded from ``runner.home_template`` (unreadable, not a
     directory, a write into the home failed); the home is seeded at its next ensure."""
