@@ -4,7 +4,7 @@ Baseline: a bare aiohttp server (its own process) whose only route reads the bod
 answers 200. Measured: ``jazz-bridge serve`` (its own process) with the Slack adapter in
 HTTP mode against the fake Slack Web API (its own process), every event's signature and
 shape checked, converted and persisted in SQLite before its 200 (message events no longer
-pass through bolt's dispatch, see ``adapters/slack/adapter.py``); the runner is
+pass through bolt's dispatch, see ``adapters/slack/routes.py``); the runner is
 ``bench/instant_runner.sh``, one run at a time, all events in one DM conversation whose
 queue is unbounded for the run (the gateway has no "runs off" switch: runs happen behind
 the intake, as they would).

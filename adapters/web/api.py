@@ -1,0 +1,202 @@
+"""The web chat's JSON API over a thread, and the page at ``/`` that uses it.
+
+``POST /api/threads/{thread}/messages`` -> :class:`~bridge.model.Inbound` -> the core's
+``submit`` (202 after the inbox write); ``GET .../messages`` reads the thread's transcript
+from the store plus the live progress bubbles; ``POST .../choices`` presses a button shown
+in the thread. A write the store refuses is said so (507 on a full disk, else 503):
+nothing was acknowledged, so the client sends it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
+
+from bridge.model import Inbound
+from bridge.ports import AdapterContext, PressStatus, SubmitStatus
+from bridge.store import StoreError, StoreFull
+
+from .answers import BAD_THREAD, bad, thread_of
+from .auth import WebAuth
+from .surface import WebSurface, choice_key
+
+log = logging.getLogger(__name__)
+
+MAX_TEXT = 100_000
+MAX_USER = 200
+NOT_THIS_THREAD = "This button is not from this thread (or it has expired)."
+# what a web page that is not this chat may do with it: nothing, not even frame it (a decoy
+# over the frame would get the click that approves a tool)
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+class ThreadApi:
+    """The API's handlers: a thread's messages posted and read, its buttons pressed."""
+
+    def __init__(self, ctx: AdapterContext, auth: WebAuth, surface: WebSurface) -> None:
+        self.ctx = ctx
+        self.auth = auth
+        self.surface = surface
+        self.operators = set(ctx.settings.operators)
+
+    async def page(self, request: web.Request) -> web.Response:
+        html = resources.files("adapters.web").joinpath("static/index.html").read_text("utf-8")
+        return web.Response(text=html, content_type="text/html", headers=PAGE_HEADERS)
+
+    async def _json(self, request: web.Request) -> dict[str, Any] | web.Response:
+        refused = self.auth.refusal(request)
+        if refused is not None:
+            return refused
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the stack too
+            return bad("body is not valid JSON")
+        except LookupError:  # a charset Python does not know
+            return bad(f"unknown charset {request.charset!r}; send UTF-8")
+        except (BadHttpMessage, web.RequestPayloadError) as exc:  # e.g. "gzip" that is not
+            return bad(f"the body could not be read (check its Content-Encoding): {exc}")
+        if not isinstance(body, dict):
+            return bad("body must be a JSON object")
+        for key, value in body.items():
+            if isinstance(value, str) and not _utf8(value):
+                return bad(f"'{key}' is not valid text (a lone surrogate)")
+        return body
+
+    async def post_message(self, request: web.Request) -> web.Response:
+        thread = thread_of(request)
+        if thread is None:
+            return bad(BAD_THREAD)
+        body = await self._json(request)
+        if isinstance(body, web.Response):
+            return body
+        user, text = body.get("user"), body.get("text")
+        if not isinstance(user, str) or not 0 < len(user) <= MAX_USER:
+            return bad(f"'user' must be a non-empty string of at most {MAX_USER} characters")
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT:
+            return bad(f"'text' must be a non-empty string of at most {MAX_TEXT} characters")
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and not (0 < len(key) <= 200 and _utf8(key)):
+            return bad("Idempotency-Key must be 1-200 characters of UTF-8")
+        inbound = Inbound(
+            platform="web",
+            event_id=f"idem:{thread}:{key}" if key else f"msg:{uuid.uuid4()}",
+            thread_key=f"web:{thread}",
+            sender_id=user,
+            sender_name=user,
+            text=text,
+            shared_chat=False,
+            is_operator=user in self.operators,
+            target={"thread": thread},
+        )
+        try:
+            result = await self.ctx.gateway.submit(inbound)
+        except StoreError as exc:
+            return _not_stored(exc)
+        if result.status is SubmitStatus.REFUSED:
+            return bad("the gateway is shutting down; try again shortly", 503)
+        return web.json_response(
+            {"id": result.message_id, "duplicate": result.status is SubmitStatus.DUPLICATE},
+            status=202,
+        )
+
+    async def get_messages(self, request: web.Request) -> web.Response:
+        thread = thread_of(request)
+        if thread is None:
+            return bad(BAD_THREAD)
+        refused = self.auth.refusal(request)
+        if refused is not None:
+            return refused
+        entries = await self.ctx.store.transcript(f"web:{thread}")
+        settled: dict[int, str] = {}
+        for e in entries:
+            if e.role == "prompt" and e.choices and e.reply_id is not None:
+                prompt = await self.ctx.store.get_prompt(choice_key(str(e.choices[0]["token"])))
+                if prompt is None or prompt.state != "pending":
+                    state = prompt.state if prompt else "expired"
+                    settled[e.reply_id] = "✅ answered" if state == "answered" else "⌛ expired"
+        messages: list[dict[str, Any]] = [
+            {
+                "role": e.role,
+                "text": e.text + (f"\n\n_{settled[e.reply_id]}_" if e.reply_id in settled else ""),
+                "at": e.at,
+                "sender": e.sender,
+                "messageId": e.message_id,
+                "replyId": e.reply_id,
+                "choices": [] if e.reply_id in settled else e.choices,
+                "file": e.file_path,
+            }
+            for e in entries
+        ]
+        live = sorted(self.surface.live.get(thread, {}).values(), key=lambda e: e["at"])
+        for entry in live:
+            messages.append(
+                {
+                    "role": "status",
+                    "text": entry["text"],
+                    "at": entry["at"],
+                    "choices": entry["choices"],
+                    "live": True,
+                }
+            )
+        messages.sort(key=lambda m: m["at"])
+        return web.json_response({"thread": thread, "messages": messages})
+
+    async def post_choice(self, request: web.Request) -> web.Response:
+        thread = thread_of(request)
+        if thread is None:
+            return bad(BAD_THREAD)
+        body = await self._json(request)
+        if isinstance(body, web.Response):
+            return body
+        user, token = body.get("user"), body.get("token")
+        if not isinstance(user, str) or not user or not isinstance(token, str) or not token:
+            return bad("'user' and 'token' must be non-empty strings")
+        try:
+            if not await self._shown_in(thread, token):
+                # another thread's button (or another platform's): its run is not this one's
+                expired = PressStatus.EXPIRED.value
+                return web.json_response({"status": expired, "text": NOT_THIS_THREAD}, status=410)
+            result = await self.ctx.gateway.press(token, user, is_operator=user in self.operators)
+        except StoreError as exc:
+            return _not_stored(exc)
+        status = {PressStatus.OK: 200, PressStatus.NOT_YOURS: 403, PressStatus.EXPIRED: 410}
+        return web.json_response(
+            {"status": result.status.value, "text": result.text}, status=status[result.status]
+        )
+
+    async def _shown_in(self, thread: str, token: str) -> bool:
+        """Whether ``token`` is a button shown in ``thread``: remembered since it was shown,
+        or (a prompt shown before a restart) its stored prompt is this thread's."""
+        key = choice_key(token)
+        shown = self.surface.choice_threads.get(key)
+        if shown is not None:
+            return shown == thread
+        record = await self.ctx.store.get_prompt(key)
+        conv = await self.ctx.store.conversation(record.conversation_id) if record else None
+        return conv is not None and conv.thread_key == f"web:{thread}"
+
+
+def _not_stored(exc: StoreError) -> web.Response:
+    """A write the store refused: say so (nothing was acknowledged), 507 when the disk is full."""
+    log.error("web: %s", exc)
+    if isinstance(exc, StoreFull):
+        return bad("the gateway's disk is full: this was NOT stored; send it again later", 507)
+    return bad("the gateway cannot store this right now: it was NOT stored; try again", 503)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -1,0 +1,130 @@
+"""Who may use the web chat, checked on every one of its routes.
+
+With ``web.token`` set, whoever has the token (``Authorization: Bearer``, or ``?token=``
+for an EventSource, which cannot send headers); no body is read without it. Without one,
+the chat trusts whoever reaches it on loopback, which is the person at the keyboard only
+if what a web page in their browser could make of it is refused (DNS rebinding, a
+cross-site form) and so is a conversation's own account: an agent run on this host
+reaching for another conversation's thread (:mod:`bridge.http.peers`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import weakref
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from bridge.http.peers import can_tell, peer_uid
+from bridge.ports import AdapterContext
+
+from .answers import bad
+from .spec import is_loopback
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+BEARER = "bearer "  # an Authorization scheme, compared in lower case
+
+
+class WebAuth:
+    """The token, the browser guard and the peer check of the web chat's routes."""
+
+    def __init__(self, ctx: AdapterContext) -> None:
+        self.ctx = ctx
+        token = ctx.settings.token
+        self._token: bytes | None = token.get_secret_value().encode() if token else None
+        # connection -> whether its client is a conversation's account (see _from_a_run);
+        # forgotten with the connection
+        self._peers: weakref.WeakKeyDictionary[asyncio.BaseTransport, str] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def refusal(self, request: web.Request) -> web.Response | None:
+        """A body is read only with the token (when one is set), or None."""
+        if self.authorized(request):
+            return None
+        self.ctx.metrics.auth_failures.labels("web", "token").inc()
+        return bad("missing or wrong token (Authorization: Bearer ...)", 401)
+
+    def guard(self, handler: Handler) -> Handler:
+        """What a browser cannot be made to do from another site, on every web route.
+
+        Without a token the chat trusts whoever reaches loopback, so two things a web page
+        the user visits could otherwise do are refused: reach the API under its own name
+        (DNS rebinding: the Host must be a loopback name) and post to it (a cross-site
+        form or ``no-cors`` fetch: a POST must be JSON, which a browser sends cross-site
+        only after a preflight this server never grants, and its Origin, when sent, must
+        be this server).
+        """
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            if self._token is None and not is_loopback(_hostname(request.host)):
+                return bad(f"this web chat answers on loopback only, not as {request.host!r}", 421)
+            refusal = await self._from_a_run(request) if self._token is None else None
+            if refusal:
+                self.ctx.metrics.auth_failures.labels("web", "account").inc()
+                return bad(refusal, 403)
+            if request.method == "POST":
+                if request.content_type != "application/json":
+                    return bad("the body must be JSON (Content-Type: application/json)", 415)
+                origin = request.headers.get("Origin")
+                if origin is not None and _hostport(origin) != request.host.lower():
+                    self.ctx.metrics.auth_failures.labels("web", "origin").inc()
+                    return bad("a request from another site is not accepted", 403)
+            return await handler(request)
+
+        return guarded
+
+    async def _from_a_run(self, request: web.Request) -> str:
+        """Why the client may not use the web chat ("" when it may): a conversation's
+        account (a run on this host, see bridge/http/peers.py), or a client nobody can be told
+        of (fail closed). Trusted loopback means the person at the keyboard, not an agent
+        asking for another conversation's thread."""
+        transport = request.transport
+        if transport is None:
+            return ""
+        known = self._peers.get(transport)  # one look per connection: its peer stays
+        if known is not None:
+            return known
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        if not (isinstance(peer, tuple) and isinstance(local, tuple)):
+            return ""  # not TCP (a Unix socket): no conversation reaches it
+        uid = await asyncio.to_thread(peer_uid, peer[:2], local[:2])  # ~ms: /proc/net/tcp
+        accounts = self.ctx.core.accounts
+        refusal = ""
+        if uid is None and can_tell():  # no process holds that socket, or it is not shown
+            refusal = (
+                "the web chat could not tell which account this connection is from (it was "
+                "closed, or is not in the socket table), so it is refused; set web.token to "
+                "use the chat by token"
+            )
+        elif uid is not None and accounts.uid_min <= uid <= accounts.uid_max:
+            refusal = "a conversation's account may not use the web chat"
+        self._peers[transport] = refusal
+        return refusal
+
+    def authorized(self, request: web.Request) -> bool:
+        if self._token is None:
+            return True
+        header = request.headers.get("Authorization", "")
+        # the scheme in any case (RFC 7235); another scheme (a proxy's Basic) is not ours
+        bearer = header[len(BEARER) :] if header[: len(BEARER)].lower() == BEARER else ""
+        given = bearer.strip() or request.query.get("token", "")
+        # surrogateescape: bytes that are not UTF-8 compare (and fail) as bytes, not a 500
+        return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._token)
+
+
+def _hostname(host: str) -> str:
+    """The name in a Host header, without its port (``[::1]:8787`` -> ``::1``)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _hostport(origin: str) -> str:
+    """``host:port`` of an Origin (``http://127.0.0.1:8787`` -> ``127.0.0.1:8787``)."""
+    return origin.strip().lower().split("://", 1)[-1].rstrip("/")
