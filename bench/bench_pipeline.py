@@ -52,7 +52,7 @@ import aiohttp
 from bridge.app import GatewayApp
 from bridge.config import load_settings
 from bridge.plugins import load_specs
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 from bridge.runner.killer import AccountKillError, kill_account
 from bridge.runner.spawn import start_process
 from provisioning.sandbox import setpriv_path

@@ -59,7 +59,7 @@ from bench_pipeline import (  # noqa: E402
 )
 from fake_bot_api import FakeBotApi  # noqa: E402
 
-from bridge.runner.cli import shared_interpreter  # noqa: E402
+from bridge.runner.command import shared_interpreter  # noqa: E402
 
 TOKEN = "999999999:AAbench-token_for-the-fake"
 JAZZ_BRIDGE = REPO / ".venv" / "bin" / "jazz-bridge"

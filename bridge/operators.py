@@ -22,13 +22,8 @@ from urllib.parse import urlparse
 
 from provisioning.accounts import AccountRegistry
 from provisioning.archive import SUFFIX as ARCHIVE_SUFFIX
-from provisioning.archive import (
-    ArchiveError,
-    ArchiveResult,
-    is_archived,
-    tarball_path,
-)
-from provisioning.errors import ProvisioningError
+from provisioning.archive import ArchiveResult, is_archived, tarball_path
+from provisioning.errors import ArchiveError, ProvisioningError
 from provisioning.layout import CHATS_DIR, Layout, RootInfo
 from provisioning.reclaim import archive_and_reclaim
 

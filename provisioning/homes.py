@@ -37,7 +37,7 @@ from pathlib import Path
 
 from . import archive, handover, naming, pinned, reclaim
 from . import template as seeding
-from .accounts import Account, AccountRegistry, current_account
+from .accounts import AccountRegistry, current_account
 from .errors import ProvisioningError, UnsafePathError
 from .layout import RootInfo
 from .modes import (
@@ -52,6 +52,7 @@ from .modes import (
     PRIVATE_DIR_MODE,
     PRIVATE_FILE_MODE,
 )
+from .system_accounts import Account
 from .walk import repair_home_tree
 
 log = logging.getLogger(__name__)

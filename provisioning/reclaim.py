@@ -26,7 +26,8 @@ from collections.abc import Callable
 
 from . import archive
 from .accounts import AccountRegistry
-from .archive import ArchiveResult, Reowning
+from .archive import ArchiveResult
+from .archive_restore import Reowning
 from .errors import AccountError, StateFileError
 from .layout import RootInfo
 

@@ -30,7 +30,7 @@ import sys
 import threading
 from collections.abc import Iterable
 
-from provisioning.accounts import UID_MAX  # (uid_t)-1 is "unchanged" to setresuid
+from provisioning.uid_map import UID_MAX
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 
+from bridge.runner.command import reference_copy
 from provisioning.layout import Layout
 from provisioning.private_proc import proc_hides_other_uids
 from provisioning.sandbox import (
@@ -23,7 +24,6 @@ from provisioning.sandbox import (
 from reference_runner import bundle
 
 from ...config import CoreSettings
-from ...runner.cli import reference_copy
 from ...runner.dialect import CliProfile
 from .check import Check
 
