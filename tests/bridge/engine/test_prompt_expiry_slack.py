@@ -1,4 +1,4 @@
-"""Review: an approval nobody answers must say why its buttons went, in Slack too.
+"""An approval nobody answers says why its buttons went, in Slack too.
 
 The approval's tool name (the runner's ``toolName``) went into the prompt's heading
 unclipped: with a long one the prompt filled Slack's markdown block (11,000 characters, the
@@ -12,35 +12,24 @@ own (the run contract) asks for one approval; every wait is bounded.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from accounts_support import remove_accounts
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters" / "slack"))
 from approval_support import REASON, ask, use_approval_runner
 from fake_slack_api import FakeSlackApi
 from gateway_harness import running_gateway, wait_until
-from slack_support import APP_TOKEN, BOT_TOKEN, slack_env
+from slack_support import slack_env
 from test_slack import event, mention, posted_ts, posts, seen
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeSlackApi]:
-    api = FakeSlackApi(BOT_TOKEN, app_token=APP_TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
 def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeSlackApi
+    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], slack_api: FakeSlackApi
 ) -> Iterator[dict[str, str]]:
-    e = slack_env(tmp_path / "root", fake_dir, uid_range, fake)
+    e = slack_env(tmp_path / "root", fake_dir, uid_range, slack_api)
     use_approval_runner(e, fake_dir)
     yield e
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
@@ -52,7 +41,7 @@ def markdown_block(call: Any) -> str:
 
 
 async def test_the_expiry_reason_of_an_approval_with_a_long_tool_name_arrives_whole(
-    env: dict[str, str], fake: FakeSlackApi, fake_dir: Path
+    env: dict[str, str], slack_api: FakeSlackApi, fake_dir: Path
 ) -> None:
     payload = {
         "toolName": "mcp__billing__" + "apply_patch_to_the_tax_helpers_" * 300,
@@ -65,23 +54,23 @@ async def test_the_expiry_reason_of_an_approval_with_a_long_tool_name_arrives_wh
         assert await event(app.port, mention("Ev0PATCH1", "patch it", ts=root)) == 200
 
         def prompt() -> list[Any]:
-            return [c for c in posts(fake, "Approval needed") if c.args.get("blocks")]
+            return [c for c in posts(slack_api, "Approval needed") if c.args.get("blocks")]
 
         def settled() -> list[Any]:
             if not prompt():
                 return []
-            ts = posted_ts(fake, prompt()[0])
-            return [c for c in fake.called("chat.update") if c.args.get("ts") == ts]
+            ts = posted_ts(slack_api, prompt()[0])
+            return [c for c in slack_api.called("chat.update") if c.args.get("ts") == ts]
 
         try:
             await wait_until(
-                lambda: bool(posts(fake, "the patch was")) and bool(settled()),
+                lambda: bool(posts(slack_api, "the patch was")) and bool(settled()),
                 30,
                 "the agent's answer and the prompt's message settled",
             )
         except AssertionError as exc:
-            raise AssertionError(f"{exc}; the fake Slack API saw {seen(fake)}") from None
-        assert "rejected" in str(posts(fake, "the patch was")[0].args.get("markdown_text"))
+            raise AssertionError(f"{exc}; the fake Slack API saw {seen(slack_api)}") from None
+        assert "rejected" in str(posts(slack_api, "the patch was")[0].args.get("markdown_text"))
         assert len(prompt()) == 1
         (update,) = settled()
         text = markdown_block(update)

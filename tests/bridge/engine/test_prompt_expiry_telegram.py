@@ -1,4 +1,4 @@
-"""Review: an approval nobody answers must say why its buttons went, in one Telegram message.
+"""An approval nobody answers says why its buttons went, in one Telegram message.
 
 An approval's message (up to 1500 characters) and its preview (up to 2500) filled nearly
 all of Telegram's 4096 UTF-16 units. When nobody answered, the settled text ("⌛ Expired:
@@ -14,18 +14,16 @@ bounded.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from accounts_support import remove_accounts
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters" / "telegram"))
 from approval_support import REASON, ask, use_approval_runner
 from gateway_harness import running_gateway, wait_until
-from tg_support import ADA, TOKEN, FakeBotApi, post, private_chat, telegram_env, update, utf16
+from tg_support import ADA, FakeBotApi, post, private_chat, telegram_env, update, utf16
 
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
 
@@ -35,18 +33,10 @@ MESSAGE = ("Apply the patch below to the billing service; it renames the tax hel
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    api = FakeBotApi(TOKEN)
-    await api.start()
-    yield api
-    await api.stop()
-
-
-@pytest.fixture
 def env(
-    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], fake: FakeBotApi
+    tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], bot_api: FakeBotApi
 ) -> Iterator[dict[str, str]]:
-    e = telegram_env(tmp_path / "root", fake_dir, uid_range, fake)
+    e = telegram_env(tmp_path / "root", fake_dir, uid_range, bot_api)
     use_approval_runner(e, fake_dir)
     yield e
     remove_accounts(tmp_path / "root" / "state" / "accounts.json")
@@ -89,11 +79,11 @@ async def expire_unanswered(env: dict[str, str], fake: FakeBotApi) -> dict[str, 
 
 
 async def test_the_expiry_reason_of_a_full_approval_arrives_whole(
-    env: dict[str, str], fake: FakeBotApi, fake_dir: Path
+    env: dict[str, str], bot_api: FakeBotApi, fake_dir: Path
 ) -> None:
     preview = "\n".join(f"-    rate = tax_rate_v1(order, {i})" for i in range(80))[:2500]
     ask_patch(fake_dir, MESSAGE, preview)
-    seen = await expire_unanswered(env, fake)
+    seen = await expire_unanswered(env, bot_api)
     assert "rejected" in seen["answer"].params["text"]
     assert len(seen["prompt"]) == 1, [c.params["text"][:60] for c in seen["prompt"]]
     (edit,) = seen["edits"]
@@ -104,11 +94,11 @@ async def test_the_expiry_reason_of_a_full_approval_arrives_whole(
 
 
 async def test_an_approval_with_emoji_is_one_message_and_its_expiry_edits_it(
-    env: dict[str, str], fake: FakeBotApi, fake_dir: Path
+    env: dict[str, str], bot_api: FakeBotApi, fake_dir: Path
 ) -> None:
     preview = "\n".join(f"+    print('🧾✅ total {i} 🎉🎉🎉')" for i in range(100))[:2500]
     ask_patch(fake_dir, MESSAGE, preview)
-    seen = await expire_unanswered(env, fake)
+    seen = await expire_unanswered(env, bot_api)
     prompt = seen["prompt"]
     # one message, the buttons on it (it was two, the buttons under the preview's end)
     assert len(prompt) == 1, [c.params["text"][:60] for c in prompt]
@@ -122,14 +112,3 @@ async def test_an_approval_with_emoji_is_one_message_and_its_expiry_edits_it(
     assert text.startswith("Approval needed") and utf16(text) <= 4096
     assert text.rstrip().endswith(REASON), text[-200:]
 
-
-def test_a_settled_prompt_fits_every_surface() -> None:
-    """The prompts' room (the prompt with its longest settled line, in UTF-16 units, which
-    is at least what Slack and the web count) is within each surface's max_length."""
-    from adapters.slack.surface import SlackSurface
-    from adapters.telegram.surface import TelegramSurface
-    from adapters.web.adapter import WebSurface
-    from bridge.engine.prompts import PROMPT_ROOM
-
-    for surface in (TelegramSurface, SlackSurface, WebSurface):
-        assert surface.capabilities.max_length >= PROMPT_ROOM, surface.name

@@ -1,19 +1,21 @@
-"""Slack: an answer whose chat.postMessage was still being carried out by Slack when the
-gateway was killed is posted a second time by the restarted gateway.
+"""Slack: an answer whose chat.postMessage Slack was still carrying out when the gateway was
+killed is not posted a second time by the restarted gateway.
 
 The surface knows Slack may still be working on a request the client gave up on, and
 believes "not in the thread" only IN_FLIGHT_GRACE_S (10 s) after such a request. That
-memory lives in the process: after a kill -9 in the middle of a post, the restarted
-gateway finds the answer undelivered (``pending``), looks it up by its reply key at once
-(Slack has not finished the first post yet, so it is not there), and posts it again; the
-first post then lands too. Two copies of the answer, on the one platform that can tell.
+memory lived only in the process: after a kill -9 in the middle of a post, the restarted
+gateway found the answer undelivered (``pending``), looked it up by its reply key at once
+(Slack had not finished the first post yet, so it was not there), and posted it again; the
+first post then landed too. Two copies of the answer, on the one platform that can tell.
+
+The real ``jazz-bridge serve`` with Slack on a fake Web API that is slow with the answer's
+post (``platforms_support``, as the crash suite uses it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,8 +24,6 @@ from typing import Any
 import aiohttp
 import pytest
 from accounts_support import remove_accounts
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 
 from platforms_support import (
     FakeBotApi,

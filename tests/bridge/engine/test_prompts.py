@@ -1,7 +1,9 @@
-"""Prompt messages: what an approval shows is exactly what the agent asked to run."""
+"""Prompt messages: what an approval shows is exactly what the agent asked to run, within
+the room every surface gives it."""
 
 from __future__ import annotations
 
+import pytest
 from markdown_it import MarkdownIt
 
 from bridge.engine.prompts import PromptRecord, message_for, resolved_text
@@ -47,3 +49,16 @@ def test_a_tool_name_is_shown_literally() -> None:
                 if c.type == "code_inline"
             ]
             assert tool in spans, (tool, text)
+
+
+@pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
+def test_a_settled_prompt_fits_every_surface() -> None:
+    """The prompts' room (the prompt with its longest settled line, in UTF-16 units, which
+    is at least what Slack and the web count) is within each surface's max_length."""
+    from adapters.slack.surface import SlackSurface
+    from adapters.telegram.surface import TelegramSurface
+    from adapters.web.adapter import WebSurface
+    from bridge.engine.prompts import PROMPT_ROOM
+
+    for surface in (TelegramSurface, SlackSurface, WebSurface):
+        assert surface.capabilities.max_length >= PROMPT_ROOM, surface.name
