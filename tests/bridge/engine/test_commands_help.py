@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from accounts_support import remove_accounts
-
 from fake_slack_api import FakeSlackApi
 from gateway_harness import running_gateway, wait_until
 from slack_support import slack_env

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 from accounts_support import remove_accounts
-
 from approval_support import REASON, ask, use_approval_runner
 from gateway_harness import running_gateway, wait_until
 from tg_support import ADA, FakeBotApi, post, private_chat, telegram_env, update, utf16
@@ -111,4 +110,3 @@ async def test_an_approval_with_emoji_is_one_message_and_its_expiry_edits_it(
     text = edit.params["text"]
     assert text.startswith("Approval needed") and utf16(text) <= 4096
     assert text.rstrip().endswith(REASON), text[-200:]
-

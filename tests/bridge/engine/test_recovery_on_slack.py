@@ -24,7 +24,6 @@ from typing import Any
 import aiohttp
 import pytest
 from accounts_support import remove_accounts
-
 from platforms_support import (
     FakeBotApi,
     FakeSlackApi,

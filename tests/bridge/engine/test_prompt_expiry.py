@@ -1,16 +1,15 @@
-"""A prompt is answered to the runner once, even when its message cannot be delivered.
+"""A prompt nobody answers within ``limits.prompt_wait_s`` is declined for the agent, once.
 
-``_show_prompt`` starts the prompt's expiry timer (``limits.prompt_wait_s``) before it
-delivers the prompt's message, and delivery now keeps retrying a transient failure until
-the reply is ``PATIENCE_S`` old (an hour). A platform that is down longer than the prompt's
-wait therefore sees both fire for the same prompt: the expiry declines it to the runner
-("rejected"), and when delivery gives up, ``_decline_unshown`` declines it to the runner a
-second time (it ignores that ``resolve_prompt`` found the prompt already answered). The
-runner gets two ``approval_decision`` frames for one ``toolCallId``.
+A run waiting for a person holds one of the gateway's run slots for as long as nobody
+answers (its timeout is paused): with the default four slots, four unanswered approvals
+stopped every other conversation. Now the agent hears "rejected"/"declined" after the
+wait, its answer arrives, the slot is free, and the prompt's buttons say it expired. A
+prompt whose message cannot be delivered is declined to the runner once, not once by its
+expiry and again when its delivery is given up.
 
-The real gateway in process, a runner of the test's own as a real subprocess (it logs every
-stdin frame), and the tests' plain surface with its platform down; the deliverer's pauses
-and patience are shortened (seconds to an hour otherwise).
+The real gateway with the web chat and the bundled reference runner, or the tests' plain
+surface with its platform down and a runner of the test's own (real subprocesses); every
+wait is bounded.
 """
 
 from __future__ import annotations
@@ -23,10 +22,51 @@ from pathlib import Path
 import plain_surface
 import pytest
 from accounts_support import remove_accounts
-from gateway_harness import gateway_env, running_gateway, wait_until
+from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
 
 from bridge.engine import delivery
+from bridge.model import Inbound
 from bridge.runner.cli import shared_interpreter
+
+
+@pytest.fixture
+def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
+    e = gateway_env(tmp_path / "root", fake_dir, uid_range)
+    use_reference_runner(e, fake_dir)
+    e["JAZZ_BRIDGE_LIMITS__PROMPT_WAIT_S"] = "1"
+    e["JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS"] = "1"
+    yield e
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
+
+
+async def test_an_unanswered_approval_is_rejected_and_frees_the_slot(
+    env: dict[str, str],
+) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("asker", "!approve deploy")
+        prompt = (await client.wait_role("asker", "prompt"))[0]
+        await client.post("other", "hello from another conversation")  # waits for the slot
+        answer = (await client.wait_role("asker", "assistant"))[0]["text"]
+        assert "deploy was declined" in answer, answer
+        other = (await client.wait_role("other", "assistant"))[0]["text"]
+        assert "hello from another conversation" in other, other
+        shown = [m for m in await client.messages("asker") if m["role"] == "prompt"]
+        assert "⌛ expired" in shown[0]["text"] and not shown[0]["choices"], shown
+        token = prompt["choices"][0]["token"]
+        status, _ = await client.press("asker", token, "ada")
+        assert status == 410  # expired: pressing it now changes nothing
+
+
+async def test_an_unanswered_question_is_declined(env: dict[str, str]) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("q", "!ask favourite colour?")
+        await client.wait_role("q", "prompt")
+        answer = (await client.wait_role("q", "assistant"))[0]["text"]
+        assert "the question was declined" in answer, answer
+
+
+# -- a prompt whose message cannot be delivered ----------------------------------------------
+
 
 RUNNER = r"""
 import json, os, select, sys, time
@@ -80,7 +120,7 @@ log({"event": "end"})
 
 
 @pytest.fixture
-def env(
+def unreachable_env(
     tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[dict[str, str]]:
     e = gateway_env(tmp_path / "root", fake_dir, uid_range)
@@ -108,11 +148,18 @@ def _frames(fake_dir: Path) -> list[dict[str, object]]:
 
 
 async def test_a_prompt_that_cannot_be_shown_is_answered_to_the_runner_once(
-    env: dict[str, str], fake_dir: Path
+    unreachable_env: dict[str, str], fake_dir: Path
 ) -> None:
-    async with running_gateway(env, {"plain": plain_surface.SPEC}) as (app, _):
-        from bridge.model import Inbound
+    """A prompt is answered to the runner once, even when its message cannot be delivered.
 
+    ``_show_prompt`` starts the prompt's expiry timer (``limits.prompt_wait_s``) before it
+    delivers the prompt's message, and delivery now keeps retrying a transient failure until
+    the reply is ``PATIENCE_S`` old (an hour). A platform that is down longer than the prompt's
+    wait therefore sees both fire for the same prompt: the expiry declines it to the runner
+    ("rejected"), and when delivery gives up, ``_decline_unshown`` declines it to the runner a
+    second time (it ignores that ``resolve_prompt`` found the prompt already answered). The
+    runner gets two ``approval_decision`` frames for one ``toolCallId``."""
+    async with running_gateway(unreachable_env, {"plain": plain_surface.SPEC}) as (app, _):
         assert app.engine is not None
         await app.engine.submit(
             Inbound(
