@@ -78,7 +78,7 @@ async def test_the_run_sees_the_variable_under_the_name_configured(env: dict[str
     case-insensitive, so every run got ``openai_api_key`` instead of ``OPENAI_API_KEY``,
     and the provider key silently did nothing (environment names are case-sensitive on
     Unix). The name is kept as written, or refused at start naming the JSON form."""
-    env[f"JAZZ_BRIDGE_RUNNER__EXTRA_ENV__{NAME}"] = "sk-tests-0123456789"
+    env[f"JAZZ_BRIDGE_RUNNER__EXTRA_ENV__{NAME}"] = "sk-runenv-0123456789"
     try:
         gateway = running_gateway(env)
         app_client = await gateway.__aenter__()

@@ -1,10 +1,12 @@
-"""Review: links an operator pastes find the conversation they point at (or say none).
+"""Links an operator pastes (``homes list/show``, ``bridge/operators.py``) find the
+conversation they point at, or say none (or several) do.
 
 The operator has a link from the person who complains: Telegram's "Copy link" of a forum
 topic or of a message in one, a group that Telegram upgraded to a supergroup (its links
-carry the new id, its conversation is keyed on the first), Slack's browser address of a
-thread, a link pasted without its ``https://``, or a path from a log line (a file inside a
-home, the tarball of an archived one). Each must find its own conversation, never another.
+carry the new id, its conversation is keyed on the first), a public chat's
+``t.me/<username>/<message>``, Slack's browser address of a thread, a link pasted without
+its ``https://``, or a path from a log line (a file inside a home, the tarball of an
+archived one). Each must find its own conversation, never another.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from provisioning import naming
 from provisioning.layout import Layout
 
 FORUM = "-1001234567890"  # a forum supergroup: its General topic and two topics
+
 UPGRADED_OLD, UPGRADED_NEW = "-4242", "-1005555555555"  # a group upgraded to a supergroup
+
 SLACK_THREAD = "slack:T0TEAM:C0CHAN:1764669600.000100"
+
 
 CONVERSATIONS: dict[str, dict[str, Any]] = {
     f"telegram:{FORUM}": {"chat_id": int(FORUM), "message_id": 5},
@@ -154,3 +159,93 @@ async def test_a_link_that_fits_several_conversations_says_so(tmp_path: Path) ->
     assert shown.returncode == 2, shown.stdout + shown.stderr
     assert "no conversation matches" not in shown.stderr, shown.stderr
     assert f"telegram:{FORUM}:12" in shown.stderr and f"telegram:{FORUM}:99" in shown.stderr
+
+
+# -- a public chat's links -------------------------------------------------------------------
+
+
+CHAT = -1009876543210  # the public supergroup @JazzFans: its General topic and topic 7
+
+OTHER = -1001111111111  # another public group, @jazz (a prefix of the first's name)
+
+
+PUBLIC_CHATS: dict[str, dict[str, Any]] = {
+    f"telegram:{CHAT}": {"chat_id": CHAT, "message_id": 5, "chat_username": "jazzfans"},
+    f"telegram:{CHAT}:7": {
+        "chat_id": CHAT,
+        "message_id": 50,
+        "thread_id": 7,
+        "chat_username": "jazzfans",
+    },
+    f"telegram:{OTHER}": {"chat_id": OTHER, "message_id": 9, "chat_username": "jazz"},
+}
+
+
+@pytest.fixture
+async def public_ops(tmp_path: Path) -> AsyncIterator[Operators]:
+    store = SqliteStore(tmp_path / "state" / "bridge.db")
+    await store.open()
+    try:
+        for i, (key, target) in enumerate(PUBLIC_CHATS.items()):
+            inbound = Inbound(
+                platform="telegram",
+                event_id=f"e{i}",
+                thread_key=key,
+                sender_id="u",
+                text="hi",
+                target=target,
+            )
+            await store.accept(inbound, home=naming.home_name(key), is_command=False)
+        yield Operators(store, Layout(tmp_path), False)
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("link", "key"),
+    [
+        ("https://t.me/JazzFans/123", f"telegram:{CHAT}"),
+        ("https://t.me/jazzfans/7/123", f"telegram:{CHAT}:7"),
+        ("https://t.me/JazzFans/123?thread=7", f"telegram:{CHAT}:7"),
+        ("https://t.me/jazz/4", f"telegram:{OTHER}"),
+    ],
+)
+async def test_a_public_chat_link_finds_its_conversation(
+    public_ops: Operators, link: str, key: str
+) -> None:
+    """Those links carry the chat's @username, not its id, and the gateway kept only the
+    id: every such link an operator pasted found nothing. The Telegram adapter now keeps
+    the username of a public chat in the conversation's reply context, and links are
+    matched on it."""
+    conv = await public_ops.find(link)
+    assert conv is not None and conv.thread_key == key, (link, conv)
+
+
+def test_the_adapter_keeps_a_public_chat_username() -> None:
+    """What the adapter gives the core for a message in a public group."""
+    from telegram import Message
+
+    from adapters.telegram import convert
+
+    raw = {
+        "message_id": 3,
+        "date": 1764669600,
+        "chat": {"id": CHAT, "type": "supergroup", "title": "Fans", "username": "JazzFans"},
+        "from": {"id": 42, "is_bot": False, "first_name": "Ada"},
+        "text": "@jazz_example_bot hello",
+        "entities": [{"type": "mention", "offset": 0, "length": 17}],
+    }
+    rules = convert.Rules(
+        bot_id=999,
+        bot_username="jazz_example_bot",
+        allowed_chats=frozenset(),
+        allowed_users=frozenset(),
+        allow_everyone=True,
+        operators=frozenset(),
+        group_trigger="mention",
+    )
+    message = Message.de_json(raw, None)
+    assert message is not None
+    inbound = convert.to_inbound(10, message, rules)
+    assert isinstance(inbound, Inbound), inbound
+    assert inbound.target.get("chat_username") == "jazzfans", inbound.target

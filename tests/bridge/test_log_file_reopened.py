@@ -1,9 +1,10 @@
-"""Review: the gateway's log file (``log.file``) after someone else moved or removed it.
+"""The gateway's log file (``log.file``) after someone else moved or removed it.
 
 logrotate (its default: rename, then a new file), an operator freeing disk space with
 ``rm``, or a one-shot ``jazz-bridge`` command rotating the shared file by size: the running
 ``serve`` kept writing into the file it had open (renamed away, or deleted and still
-filling the disk unseen), and nothing appeared at ``log.file`` any more.
+filling the disk unseen), and nothing appeared at ``log.file`` any more. Now the file is
+made again at its path and the lines go on there.
 """
 
 from __future__ import annotations
