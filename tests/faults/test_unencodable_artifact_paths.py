@@ -1,4 +1,4 @@
-"""Review: an artifact path the runner reports must never cost the turn its answer.
+"""An artifact path the runner reports never costs the turn its answer.
 
 A runner (or whatever runs as the conversation's account and writes to the runner's stdout)
 controls the envelope's ``artifacts[].path``. JSON lets such a string carry a NUL
@@ -39,7 +39,7 @@ sys.stdout.flush()
 @pytest.fixture
 def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
     e = gateway_env(tmp_path / "root", fake_dir, uid_range)
-    runner = fake_dir / "review_artifact_runner.py"
+    runner = fake_dir / "artifact_path_runner.py"
     runner.write_text(RUNNER)
     os.chmod(runner, 0o755)
     e["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps([shared_interpreter(), str(runner)])
