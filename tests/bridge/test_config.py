@@ -1,9 +1,11 @@
-"""Configuration: TOML and environment, bad keys refused by name, secrets masked, and the
-rules serve starts by applied alike by serve, config check and doctor."""
+"""Configuration: TOML and environment, bad keys refused by name (and by where they were
+set), secrets masked, addresses and tokens checked with the rest, and the rules serve starts
+by applied alike by serve, config check and doctor."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
@@ -14,7 +16,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from bridge import logs, rules
-from bridge.config import load_settings
+from bridge.config import MIN_TOKEN_CHARS, load_settings
 from bridge.errors import AdapterError, ConfigError
 from bridge.plugins import load_specs
 from bridge.ports import AdapterSpec
@@ -389,3 +391,135 @@ def test_no_warning_for_a_section_left_at_its_defaults_or_switched_off() -> None
     assert rules.warnings(load_settings(None, adapter_sections=SECTIONS, environ=off), specs) == []
     on = {"JAZZ_BRIDGE_TELEGRAM__ALLOWED_USERS": "[1]", "JAZZ_BRIDGE_TELEGRAM__TOKEN": "1:a"}
     assert rules.warnings(load_settings(None, adapter_sections=SECTIONS, environ=on), specs) == []
+
+
+# -- where a value was set -------------------------------------------------------------------
+
+
+def test_a_bad_value_names_the_variable_or_the_file_that_set_it(tmp_path: Path) -> None:
+    """A bad setting is named with where it was set: the variable that overrides the file, or the
+    file. Before, ``port = 8080`` in the file and ``JAZZ_BRIDGE_SERVER__PORT=abc`` read
+    "invalid configuration (file good.toml, environment JAZZ_BRIDGE_*): server.port ... (got
+    'abc')", and the operator looked for 'abc' in a file that did not hold it."""
+    config = tmp_path / "good.toml"
+    config.write_text("[server]\nport = 8080\nhost = 5\n\n[limits]\nmax_concurrent_runs = 2\n")
+    env = {"JAZZ_BRIDGE_SERVER__PORT": "abc", "jazz_bridge_limits__max_concurrent_runs": "0"}
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config, environ=env)
+    lines = {line.split(":")[0].strip(): line for line in str(caught.value).splitlines()[1:]}
+    assert lines.keys() == {"server.port", "server.host", "limits.max_concurrent_runs"}, caught
+    assert lines["server.port"].endswith("[from JAZZ_BRIDGE_SERVER__PORT]"), lines
+    assert lines["limits.max_concurrent_runs"].endswith(
+        "[from JAZZ_BRIDGE_LIMITS__MAX_CONCURRENT_RUNS]"
+    ), lines
+    assert lines["server.host"].endswith(f"[from {config}]"), lines
+
+
+NAME = "JB_TEST_PROVIDER_KEY"
+
+
+def test_a_table_entry_from_the_environment_keeps_its_name_or_is_refused() -> None:
+    """A run variable set as ``JAZZ_BRIDGE_RUNNER__EXTRA_ENV__<NAME>``: the settings are
+    case-insensitive, so the table entry's name was lower-cased; the config loaded without
+    a word, ``config check`` showed it (masked), and every run got ``openai_api_key``
+    instead of ``OPENAI_API_KEY``. Either keep the name as written or refuse it naming the
+    JSON form (the run's side: tests/bridge/engine/test_turns.py)."""
+    environ = {f"JAZZ_BRIDGE_RUNNER__EXTRA_ENV__{NAME}": "sk-runenv-0123456789"}
+    try:
+        settings = load_settings(None, adapter_sections=SECTIONS, environ=environ)
+    except ConfigError:
+        return  # refused, naming the variable: fine
+    assert NAME in settings.runner.extra_env, (
+        f"accepted, but runs would get {sorted(settings.runner.extra_env)} instead of {NAME}"
+    )
+
+
+# -- platform addresses and hand-set tokens --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("JAZZ_BRIDGE_TELEGRAM__API_URL", "http://[::1/bot", "Invalid IPv6 URL"),
+        ("JAZZ_BRIDGE_TELEGRAM__FILE_URL", "ftp://files.example/bot", "http:// or https://"),
+        ("JAZZ_BRIDGE_SLACK__API_URL", "slack.com/api/", "http:// or https://"),
+        ("JAZZ_BRIDGE_SLACK__API_URL", "https://slack.com:api/", "not a valid address"),
+        ("JAZZ_BRIDGE_RUNNER__DAEMON_URL", "http:///runs", "with a host"),
+    ],
+)
+def test_a_bad_address_is_named_with_its_key(key: str, value: str, why: str) -> None:
+    """Platform and daemon addresses are checked with the configuration: a typo is named by
+    ``config check`` with its key, not found as a traceback (or a silent failure to connect)
+    when the client is made."""
+    sections = {name: spec.settings_model for name, spec in load_specs().items()}
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, adapter_sections=sections, environ={key: value})
+    dotted = key.removeprefix("JAZZ_BRIDGE_").replace("__", ".").lower()
+    assert dotted in str(caught.value) and why in str(caught.value), caught.value
+
+
+def test_the_defaults_and_local_addresses_are_taken() -> None:
+    sections = {name: spec.settings_model for name, spec in load_specs().items()}
+    env = {
+        "JAZZ_BRIDGE_TELEGRAM__API_URL": "http://[::1]:8081/bot",
+        "JAZZ_BRIDGE_SLACK__API_URL": "http://127.0.0.1:9999/api/",
+    }
+    assert load_settings(None, adapter_sections=sections, environ=env) is not None
+    assert load_settings(None, adapter_sections=sections, environ={}) is not None
+
+
+BOT_TOKEN = "123456:AAE-real-looking-bot-token_xyz"
+
+
+def test_an_unreadable_platform_address_is_named_not_a_traceback(tmp_path: Path) -> None:
+    """A platform address the client library cannot read is a clear error, not a trace.
+
+    ``telegram.api_url = "http://[::1/bot"`` (an IPv6 address missing its closing bracket):
+    the Telegram library raised a ValueError nothing expected, and ``jazz-bridge serve`` died
+    with a 40-line Python traceback (exit status 1) that named neither Telegram nor the setting.
+    Now the address is checked with the configuration (``config check`` names it too); an
+    adapter failing at start in a way nobody foresaw is still one line (``app._adapter_step``)."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "JAZZ_BRIDGE_ROOT": str(tmp_path / "root"),
+        "JAZZ_BRIDGE_SERVER__PORT": "0",
+        "JAZZ_BRIDGE_ISOLATION": "off",
+        "JAZZ_BRIDGE_TELEGRAM__TOKEN": BOT_TOKEN,
+        "JAZZ_BRIDGE_TELEGRAM__MODE": "polling",
+        "JAZZ_BRIDGE_TELEGRAM__ALLOW_EVERYONE": "true",
+        "JAZZ_BRIDGE_TELEGRAM__API_URL": "http://[::1/bot",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "serve"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = done.stderr.strip().splitlines()
+    print(f"\nexit status {done.returncode}; last line: {lines[-1] if lines else ''!r}")
+    assert not [line for line in lines if line.startswith("Traceback")], done.stderr[-3000:]
+    assert done.returncode == 2
+    error = done.stderr[done.stderr.index("jazz-bridge: error: ") :]
+    assert "telegram.api_url" in error and "Invalid IPv6 URL" in error, error
+    assert BOT_TOKEN not in done.stderr
+
+
+@pytest.mark.parametrize("key", ["JAZZ_BRIDGE_WEB__TOKEN", "JAZZ_BRIDGE_OPS__TOKEN"])
+def test_a_short_token_is_refused_naming_the_key_not_the_token(key: str) -> None:
+    """A hand-set token too short to be a secret is refused with a line that says so.
+
+    ``web.token = "x"`` (or ``ops.token``) was taken: a chat or the operators' view guarded by
+    a password anyone guesses. ``config check`` and ``serve`` now refuse it, naming the key
+    and its length, never the token."""
+    short = "pa55word"
+    sections = {name: spec.settings_model for name, spec in load_specs().items()}
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, adapter_sections=sections, environ={key: short})
+    text = str(caught.value)
+    section = key.removeprefix("JAZZ_BRIDGE_").split("__")[0].lower()
+    assert f"{section}.token" in text and f"is {len(short)} characters" in text, text
+    assert short not in text, "the token itself was printed"
+    settings = load_settings(None, adapter_sections=sections, environ={key: "k" * MIN_TOKEN_CHARS})
+    assert settings is not None

@@ -1,5 +1,10 @@
 """The tokenless web chat against a conversation's own account (hostile input, as root).
 
+docs/design.md: "one conversation cannot read another's". As root every conversation runs as
+its own account so that a hostile agent in conversation A cannot read B's files; but the
+gateway serves the web chat's API on 127.0.0.1 without a token by default, and a run is a
+process on the same host.
+
 Without ``web.token`` the web chat takes a loopback client for the person at the keyboard
 unless the host's socket table says a conversation account holds it (bridge/http/peers.py). A
 run that sent its request and closed at once left a FIN_WAIT2/TIME_WAIT row the kernel
@@ -11,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,3 +85,59 @@ async def test_a_conversation_account_closing_at_once_stores_nothing(
         # the person at the keyboard (root, holding the connection) is still served
         await client.post("victim", "hello from the keyboard")
         assert [m["text"] for m in await client.wait_role("victim", "assistant")]
+
+
+# -- a run asking the gateway for another conversation's thread ------------------------------
+
+
+STEALING_RUNNER = r"""
+import json, os, sys, urllib.request
+first = json.loads(sys.stdin.readline())
+prompt = first["prompt"]
+fake = os.environ["FAKE_DIR"]
+if prompt.startswith("steal"):
+    port = open(os.path.join(fake, "port")).read().strip()
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/api/threads/b/messages", timeout=10
+        ) as resp:
+            got = "status %d: %s" % (resp.status, resp.read().decode()[:4000])
+    except Exception as exc:
+        got = "refused: %r" % (exc,)
+    answer = "stolen: uid %d: %s" % (os.getuid(), got)
+else:
+    answer = "ok: " + prompt
+env = {"ok": True, "answer": answer, "costUSD": 0.0, "costKnown": True,
+       "tokenUsage": {"promptTokens": 1, "completionTokens": 1, "totalTokens": 2},
+       "toolCalls": [], "artifacts": []}
+sys.stdout.write(json.dumps(env) + "\n")
+sys.stdout.flush()
+"""
+
+
+async def test_a_conversations_run_cannot_read_another_conversations_web_thread(
+    env: dict[str, str], fake_dir: Path
+) -> None:
+    """A run of conversation A simply asked the gateway for B's thread
+    (``GET /api/threads/b/messages``) and got every message and answer of it; it could as
+    well post into B's thread (and have B's agent read B's files out for it) or press B's
+    buttons. Nothing in the run's sandbox (provisioning/sandbox.py) nor in the web chat's
+    guard (which only thought of browsers) told a conversation's account from the person at
+    the keyboard."""
+    env["JAZZ_BRIDGE_ISOLATION"] = "on"
+    runner = fake_dir / "stealing_runner.py"
+    runner.write_text(STEALING_RUNNER)
+    os.chmod(runner, 0o755)
+    env["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps([shared_interpreter(), str(runner)])
+    secret = f"B-PRIVATE-{secrets.token_hex(8)}"
+    async with running_gateway(env) as (app, client):
+        (fake_dir / "port").write_text(str(app.port))
+        await client.post("b", f"my card number is {secret}", user="bob")
+        await client.wait_role("b", "assistant")
+        await client.post("a", "steal", user="mallory")
+        answer = (await client.wait_role("a", "assistant"))[0]["text"]
+        print("\nA's run got:", answer[:300])
+        assert answer.startswith("stolen: uid "), answer
+        # the run is A's own account (isolated), not root, not the gateway's
+        assert not answer.startswith("stolen: uid 0:"), answer
+        assert secret not in answer, "conversation A's run read conversation B's thread"
