@@ -23,7 +23,7 @@ Handing uids out, the rule:
 
 * a restored conversation gets its old uid back when no live account holds it and no other
   account on the host took it; otherwise a uid as a new conversation would, and its files
-  from the tarball are given to that account (:class:`~provisioning.archive.Reowning`);
+  from the tarball are given to that account (:class:`~provisioning.archive_restore.Reowning`);
 * a new conversation gets a never-used uid of the range first (the lowest); a freed one only
   when none is left, the one freed longest ago first;
 * a freed uid goes to a conversation other than its last holder only once nothing of that
@@ -70,17 +70,12 @@ from .system_accounts import (
     pw_by_uid,
     run,
 )
-from .uid_map import MAP_SCHEMA, UID_MAX, UidMap, entry_gid, now, to_account
+from .uid_map import UidMap, entry_gid, now, to_account
 
 __all__ = [
-    "ACCOUNT_COMMENT",
     "DEFAULT_UID_RANGE",
-    "MAP_SCHEMA",
-    "UID_MAX",
     "USAGE_WARN_AT",
-    "Account",
     "AccountRegistry",
-    "Killer",
     "current_account",
     "map_path",
 ]
@@ -198,7 +193,7 @@ class AccountRegistry:
                     return to_account(entry)
                 except UidTaken as exc:
                     # a tarball's files keep their uid, unless its account was reclaimed: the
-                    # restore then gives them to the account it has now (archive.Reowning)
+                    # restore then gives them to the account it has now (archive_restore.Reowning)
                     has_files = os.path.lexists(self.layout.home(home)) or (
                         home not in self._map.archived
                         and archive.tarball_path(self.layout, home).exists()

@@ -9,7 +9,7 @@ into the map and makes the account). The rules, in the order they are tried:
 * a restored conversation gets its old uid back when no live account holds it and no other
   account on the host took it (:func:`_take_back`); otherwise a uid as a new conversation
   would, and its files from the tarball are given to that account
-  (:class:`~provisioning.archive.Reowning`);
+  (:class:`~provisioning.archive_restore.Reowning`);
 * a new conversation gets a never-used uid of the range first (the lowest); a freed one only
   when none is left, the one freed longest ago first (:func:`candidates`), and only once
   nothing of its last holder is left (:func:`provisioning.freed_uids.fit_for`); one that

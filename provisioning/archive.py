@@ -58,27 +58,22 @@ from .archive_cleanup import (
     remove_crashed_deletes,
     remove_crashed_restores,
 )
-from .archive_lock import LOCKS_DIR, home_lock
+from .archive_lock import home_lock
 from .archive_restore import Reowning, safe_parts, unpack_into_place
 from .archive_sparse import SparseLimits, SparseSafeInfo
-from .archive_write import MAX_PACK_DEPTH, open_archive_dir, remove_packed, write_tarball
+from .archive_write import open_archive_dir, remove_packed, write_tarball
 from .errors import ArchiveError
 from .layout import Layout, RootInfo
 from .safefs import fsync_dir
 
 __all__ = [
-    "LOCKS_DIR",
     "MAX_FILLED_ZEROS",
-    "MAX_PACK_DEPTH",
     "MAX_SCANNED_EXTENTS",
     "MAX_SPARSE_EXTENTS",
     "SUFFIX",
-    "ArchiveError",
     "ArchiveResult",
-    "Reowning",
     "archive_home",
     "archived_owner",
-    "home_lock",
     "is_archived",
     "restore_home",
     "restore_if_archived",

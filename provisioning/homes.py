@@ -38,6 +38,7 @@ from pathlib import Path
 from . import archive, handover, naming, pinned, reclaim
 from . import template as seeding
 from .accounts import AccountRegistry, current_account
+from .archive_lock import home_lock
 from .errors import ProvisioningError, UnsafePathError
 from .layout import RootInfo
 from .modes import (
@@ -120,7 +121,7 @@ class Homes:
         # exclusively (reclaim.py), so one asked before could be gone by now.
         restored = False
         while True:
-            with archive.home_lock(self.root, name, exclusive=False):
+            with home_lock(self.root, name, exclusive=False):
                 if not archive.is_archived(self.root.layout, name):
                     home = self._home(thread_key, name)
                     self._build(home)
@@ -189,7 +190,7 @@ class Homes:
         Checked under the archive lock: a caller that has recorded its run as started before
         asking is safe, since archiving checks for runs under the same lock.
         """
-        with archive.home_lock(self.root, home.name, exclusive=False):
+        with home_lock(self.root, home.name, exclusive=False):
             return os.path.isdir(home.path)
 
     def _build(self, home: Home) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from . import archive
 from .accounts import AccountRegistry
 from .archive import ArchiveResult
+from .archive_lock import home_lock
 from .archive_restore import Reowning
 from .errors import AccountError, StateFileError
 from .layout import RootInfo
@@ -90,7 +91,7 @@ def repair_reclaims(root: RootInfo, registry: AccountRegistry) -> int:
     for name in sorted(registry.all()):
         if not archive.is_archived(root.layout, name):
             continue
-        with archive.home_lock(root, name, exclusive=True):
+        with home_lock(root, name, exclusive=True):
             if not archive.is_archived(root.layout, name):
                 continue  # restored meanwhile
             try:

@@ -19,10 +19,7 @@ from .api import ThreadApi
 from .auth import WebAuth
 from .spec import check
 from .streams import EventStreams
-from .surface import MAX_STREAM_BACKLOG, WebSurface
-
-# tests import these from here, where the adapter was one module
-__all__ = ["MAX_STREAM_BACKLOG", "WebAdapter", "WebSurface"]
+from .surface import WebSurface
 
 
 class WebAdapter:

@@ -46,23 +46,11 @@ from . import killer
 from .base import RunHandle, RunnerBackend, RunRequest
 from .cli_argv import PromptMode, prompt_mode, run_argv
 from .cli_handle import CliRunHandle
-from .cli_streams import MAX_LINE
-from .command import default_command, reference_copy, shared_interpreter
+from .command import shared_interpreter
 from .dialect import DOCUMENTED_ASSUMED, CliProfile
 from .procs import RUN_TAG_ENV, Sweeps
 from .reaper import wrap
 from .spawn import start_process
-
-# the CLI backend's names, importable from here as before it was split (the gateway, the
-# doctor, tests and benches import them from this module)
-__all__ = [
-    "MAX_LINE",
-    "CliRunHandle",
-    "CliRunner",
-    "default_command",
-    "reference_copy",
-    "shared_interpreter",
-]
 
 
 class CliRunner(RunnerBackend):

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 
 RUNNER = """\
 import json, os, sys

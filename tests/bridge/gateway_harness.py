@@ -22,7 +22,7 @@ from bridge.config import load_settings
 from bridge.engine import conversation_prefix
 from bridge.plugins import load_specs
 from bridge.ports import AdapterSpec
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 from reference_runner import bundle
 
 FAKE_RUNNER = Path(__file__).resolve().parent.parent / "fakes" / "fake_runner.py"

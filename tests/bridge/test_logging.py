@@ -26,7 +26,7 @@ from bridge.cli import setup_logging
 from bridge.config import load_settings
 from bridge.logs import stop_writer
 from bridge.plugins import load_specs
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
 

@@ -19,7 +19,7 @@ from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 
 TOKEN = "metrics-web-token-0123456789"
 

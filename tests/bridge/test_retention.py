@@ -24,7 +24,8 @@ from bridge.operators import Operators
 from bridge.retention import Sweeper
 from bridge.store import NewReply, PromptRecord, RunOutcome, SqliteStore
 from provisioning import naming
-from provisioning.archive import LOCKS_DIR, home_lock, is_archived, tarball_path
+from provisioning.archive import is_archived, tarball_path
+from provisioning.archive_lock import LOCKS_DIR, home_lock
 
 DONE = RunOutcome(ok=True, exit_code=0, envelope_code=None)
 

@@ -33,7 +33,7 @@ from gateway_harness import (  # noqa: E402
     wait_until,
 )
 
-from bridge.runner.cli import shared_interpreter  # noqa: E402
+from bridge.runner.command import shared_interpreter  # noqa: E402
 
 __all__ = [
     "Client",

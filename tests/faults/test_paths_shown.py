@@ -34,7 +34,7 @@ from gateway_harness import (
     wait_until,
 )
 
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 from provisioning import naming
 from provisioning.layout import Layout
 

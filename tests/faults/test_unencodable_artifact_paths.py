@@ -18,7 +18,7 @@ import pytest
 from accounts_support import remove_accounts
 from faults_support import gateway_env, running_gateway, wait_until
 
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 
 pytestmark = pytest.mark.faults
 

@@ -26,7 +26,7 @@ import pytest
 from accounts_support import needs_root, remove_accounts
 from faults_support import gateway_env, running_gateway
 
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 
 pytestmark = [pytest.mark.faults, needs_root]
 

@@ -18,14 +18,9 @@ from home_support import CONFIG_TOKEN, REPO, as_uid
 
 from provisioning import naming
 from provisioning.accounts import AccountRegistry
-from provisioning.archive import (
-    MAX_PACK_DEPTH,
-    ArchiveError,
-    archive_home,
-    is_archived,
-    restore_home,
-    tarball_path,
-)
+from provisioning.archive import archive_home, is_archived, restore_home, tarball_path
+from provisioning.archive_write import MAX_PACK_DEPTH
+from provisioning.errors import ArchiveError
 from provisioning.homes import Homes
 from provisioning.layout import init_root
 

@@ -20,7 +20,8 @@ import pytest
 from accounts_support import needs_root
 
 from provisioning import naming
-from provisioning.archive import ArchiveError, archive_home, restore_home, tarball_path
+from provisioning.archive import archive_home, restore_home, tarball_path
+from provisioning.errors import ArchiveError
 from provisioning.layout import RootInfo, init_root
 
 SET_ID_BITS = 0o6000

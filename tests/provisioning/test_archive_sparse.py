@@ -20,6 +20,7 @@ import pytest
 from home_support import REPO
 
 from provisioning import archive
+from provisioning.errors import ArchiveError
 from provisioning.homes import Homes
 from provisioning.layout import init_root
 
@@ -139,7 +140,7 @@ def test_a_file_whose_holes_cannot_be_filled_in_cheaply_leaves_its_home_unarchiv
             os.pwrite(fd, b"x", i * STRIDE)
     finally:
         os.close(fd)
-    with pytest.raises(archive.ArchiveError, match=r"fragmented\.bin has 7 separate runs"):
+    with pytest.raises(ArchiveError, match=r"fragmented\.bin has 7 separate runs"):
         archive.archive_home(info, home.name)
     assert target.exists() and not list((info.layout.root / "archive").glob("*.tar.gz"))
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from reference_support import Runner, argv, prompt
 
-from bridge.runner.cli import MAX_LINE
+from bridge.runner.cli_streams import MAX_LINE
 
 PROMPT_CHARS = 10 * 1024 * 1024
 BOUND_S = 60.0  # generous on a loaded machine; the size check is what fails first

@@ -30,7 +30,7 @@ from tg_support import (
 from adapters.telegram.surface import TelegramSurface
 from adapters.telegram.transport import AiohttpRequest
 from bridge.model import Choice, Outgoing, ReplyKind, ReplyTarget
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
 

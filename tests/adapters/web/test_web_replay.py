@@ -18,7 +18,8 @@ import pytest
 from accounts_support import remove_accounts
 from web_support import Client, gateway_env, running_gateway
 
-from adapters.web.adapter import MAX_STREAM_BACKLOG, WebAdapter
+from adapters.web.adapter import WebAdapter
+from adapters.web.surface import MAX_STREAM_BACKLOG
 
 READ_TIMEOUT_S = 20
 EXTRA = 3  # events published past the backlog

@@ -32,7 +32,7 @@ from gateway_harness import (
 from gateway_harness import run_starts as starts
 
 from bridge.model import Attachment, Inbound, InboxState
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 
 LIMIT_TEXT = "Today's spending limit for this gateway is reached"
 

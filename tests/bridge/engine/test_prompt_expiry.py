@@ -26,7 +26,7 @@ from gateway_harness import gateway_env, running_gateway, use_reference_runner, 
 
 from bridge.engine import delivery
 from bridge.model import Inbound
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 
 
 @pytest.fixture

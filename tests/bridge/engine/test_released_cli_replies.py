@@ -21,7 +21,7 @@ from accounts_support import remove_accounts
 from gateway_harness import gateway_env, install_fake_runner, running_gateway, wait_until
 
 from bridge.model import Inbound, ReplyKind
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 
 ERROR = "Server error (500): fake upstream exploded"
 WARNING = (

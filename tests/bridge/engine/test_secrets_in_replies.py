@@ -20,7 +20,7 @@ from faults_support import serve
 from gateway_harness import gateway_env
 
 from bridge.logs import MIN_SECRET_LEN
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 
 
 @pytest.fixture

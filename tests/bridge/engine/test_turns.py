@@ -27,7 +27,7 @@ from gateway_harness import (
 
 from bridge.engine import conversation_name, conversation_prefix
 from bridge.errors import ConfigError
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 from bridge.runner.envelope import parse_envelope
 
 

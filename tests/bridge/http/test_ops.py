@@ -23,7 +23,7 @@ from accounts_support import remove_accounts
 from faults_support import serve
 from gateway_harness import gateway_env, running_gateway
 
-from bridge.runner.cli import shared_interpreter
+from bridge.runner.command import shared_interpreter
 
 TOKEN = "ops-token-for-the-tests-0123456789"
 # what nginx's auth_basic passes on to the gateway with every request (alice:pw)

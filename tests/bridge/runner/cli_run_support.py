@@ -8,9 +8,9 @@ import pwd
 from pathlib import Path
 
 from bridge.runner.base import RunRequest
-from provisioning.accounts import Account
 from provisioning.homes import Home
 from provisioning.sandbox import run_identity
+from provisioning.system_accounts import Account
 
 
 def own_home(tmp_path: Path, name: str) -> Home:

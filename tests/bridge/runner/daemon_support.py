@@ -13,9 +13,9 @@ from fake_daemon import OPERATOR, TOKEN, WAIT, FakeDaemon, FakeRun
 
 from bridge.config import RunnerSettings
 from bridge.runner.base import RunHandle, RunnerEvent, RunRequest, RunResult
-from provisioning.accounts import Account
 from provisioning.homes import Home
 from provisioning.sandbox import RunIdentity
+from provisioning.system_accounts import Account
 
 
 def settings(url: str, **overrides: Any) -> RunnerSettings:

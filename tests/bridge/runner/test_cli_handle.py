@@ -11,7 +11,8 @@ from pathlib import Path
 from cli_run_support import own_request
 
 from bridge.runner.base import RunResult
-from bridge.runner.cli import CliRunHandle, CliRunner
+from bridge.runner.cli import CliRunner
+from bridge.runner.cli_handle import CliRunHandle
 
 BOUND_S = 20  # every wait below is bounded by this
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from cli_run_support import own_request
 
-from bridge.runner.cli import CliRunHandle, CliRunner
+from bridge.runner.cli import CliRunner
+from bridge.runner.cli_handle import CliRunHandle
 
 BOUND_S = 30
 EVENTS = 300
