@@ -28,7 +28,6 @@ from gateway_harness import (
 from bridge.engine import conversation_name, conversation_prefix
 from bridge.errors import ConfigError
 from bridge.runner.command import shared_interpreter
-from bridge.runner.envelope import parse_envelope
 
 
 @pytest.fixture
@@ -294,18 +293,6 @@ def use_cut_runner(env: dict[str, str], fake_dir: Path) -> None:
     runner.write_text(CUT_RUNNER)
     os.chmod(runner, 0o755)
     env["JAZZ_BRIDGE_RUNNER__COMMAND"] = json.dumps([shared_interpreter(), str(runner)])
-
-
-def test_the_envelope_parser_mends_lone_surrogates() -> None:
-    """Half a surrogate pair in the runner's envelope is mended once, where it is read:
-    Python keeps a lone surrogate as a str no UTF-8 encoder takes, and every surface (and
-    SQLite, and a log file) then failed on it its own way. It is U+FFFD from the parse on."""
-    line = json.dumps({"ok": True, "answer": "a \ud83d b", "tokenUsage": {}})
-    result = parse_envelope(line, exit_code=0, stderr_tail=[], duration_ms=1)
-    assert result.answer == "a \ufffd b"
-    line = json.dumps({"ok": False, "code": "x\udc00", "error": "cut \ud83d"})
-    result = parse_envelope(line, exit_code=1, stderr_tail=[], duration_ms=1)
-    assert (result.code, result.error) == ("x\ufffd", "cut \ufffd")
 
 
 async def test_a_cut_answer_reaches_the_web_chat(env: dict[str, str], fake_dir: Path) -> None:

@@ -156,3 +156,15 @@ def test_artifacts_and_a_web_app_are_both_kept_each_path_once() -> None:
     result = parse(with_web_app(WEB_APP, artifacts=listed))
     paths = [a["path"] for a in result.artifacts]
     assert paths == [WEB_APP["imagePath"], "/home/jazz/notes.md", WEB_APP["htmlPath"]]
+
+
+def test_the_envelope_parser_mends_lone_surrogates() -> None:
+    """Half a surrogate pair in the runner's envelope is mended once, where it is read:
+    Python keeps a lone surrogate as a str no UTF-8 encoder takes, and every surface (and
+    SQLite, and a log file) then failed on it its own way. It is U+FFFD from the parse on."""
+    line = json.dumps({"ok": True, "answer": "a \ud83d b", "tokenUsage": {}})
+    result = parse_envelope(line, exit_code=0, stderr_tail=[], duration_ms=1)
+    assert result.answer == "a \ufffd b"
+    line = json.dumps({"ok": False, "code": "x\udc00", "error": "cut \ud83d"})
+    result = parse_envelope(line, exit_code=1, stderr_tail=[], duration_ms=1)
+    assert (result.code, result.error) == ("x\ufffd", "cut \ufffd")

@@ -8,7 +8,8 @@ The SQLite backend's own behaviour (its files, modes, schema and pragmas) is tes
 
 Test modules here are named ``test_store_*`` and ``test_sqlite*``: pytest imports test
 files by their base name (there are no packages under ``tests/``), so a name must be unique
-in the whole tree (``tests/bridge`` has a ``test_prompts.py`` and a ``test_retention.py``).
+in the whole tree (``tests/bridge/engine`` has a ``test_prompts.py``, ``tests/bridge`` a
+``test_retention.py``).
 """
 
 from __future__ import annotations
