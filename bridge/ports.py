@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -35,7 +35,8 @@ class Capabilities:
     buttons: bool = False  # can show buttons bound to opaque tokens
     upload: bool = False  # can upload files
     typing: bool = False  # has a typing / status indicator
-    max_length: int = 4000  # characters per message, after conversion
+    max_length: int = 4000  # per message, after conversion, in length_unit
+    length_unit: Literal["characters", "utf16"] = "characters"  # how max_length counts
     edit_interval_s: float = 1.0  # fastest progress edits the platform tolerates
     # can tell whether a reply already landed (its surface implements ConfirmsDelivery):
     # a reply that may have been in flight (at a crash, before a retry) is looked up first

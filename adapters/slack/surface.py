@@ -46,7 +46,7 @@ import pyromark
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bridge.markdown import code_span
+from bridge.markdown import PARSE_OPTIONS, code_span
 from bridge.model import Attachment, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import Capabilities, ChatGone, DeliveryError, FileTooLarge
 
@@ -178,12 +178,6 @@ _SLACK_TOKEN = re.compile(
     r"<(?:@[UW][A-Z0-9]+|#C[A-Z0-9]+|(?:https?://|mailto:)[^\s<>|]+)(?:\|[^<>\n]*)?>"
 )
 _LINK_URL = re.compile(r"(?:https?://|mailto:)[^\s<>|]+")
-# what answers are parsed with to find their code (CommonMark, and GitHub's tables)
-_PARSE_OPTIONS = (
-    pyromark.Options.ENABLE_TABLES
-    | pyromark.Options.ENABLE_STRIKETHROUGH
-    | pyromark.Options.ENABLE_TASKLISTS
-)
 
 
 @dataclass
@@ -196,11 +190,12 @@ class _Parsed:
 
 def _parse(text: str) -> _Parsed:
     """The code spans and blocks of ``text`` (shown literally: nothing in them is
-    markup), and its Markdown links and images written as mrkdwn links (``<url|label>``,
+    markup), read with the options every surface's Markdown is split with, and its
+    Markdown links and images written as mrkdwn links (``<url|label>``,
     or ``label (url)`` for what is not a web address)."""
     parsed = _Parsed([], [])
     open_links: list[tuple[int, int, str, list[str]]] = []  # an image can be in a link
-    for payload, where in pyromark.events_with_range(text, options=_PARSE_OPTIONS):
+    for payload, where in pyromark.events_with_range(text, options=PARSE_OPTIONS):
         event: Any = payload  # pyromark's union of TypedDicts, read as the dicts they are
         if not isinstance(event, dict):
             continue

@@ -1,8 +1,12 @@
 """Converting between Telegram and the core's model (pure functions, no network).
 
 Markdown -> Telegram text + entities is done by telegramify-markdown (a maintained
-converter that measures offsets in UTF-16 code units, as Telegram does) and split to
-Telegram's 4096-unit limit with entities clipped into each part, never cut open. Raw HTML
+converter that measures offsets in UTF-16 code units, as Telegram does). The core splits
+an answer on its Markdown tree in Telegram's unit (:mod:`bridge.markdown`, UTF-16 code
+units), so each part it hands over renders as one message; a text whose rendering is still
+longer than a message is split the same way here, on its Markdown, and only a part whose
+rendering grew past the limit (links written out, say) is cut by telegramify's own
+``split_entities``. Raw HTML
 in an answer (``<your-token>``, ``Vec<u8>``, an XML snippet outside a fence) is shown as
 the text it is: the converter drops HTML it has no entity for.
 
@@ -15,8 +19,6 @@ converter runs the text after a table, code block, heading or rule onto its last
 (``x | ypara``): a hard line break opens that text. What the converter loses is kept:
 the URL of a link in a table (sent as a code block: the link gets a number, its URL is
 listed after the table) or of a link without text.
-Parts are cut at a newline or space, so text of astral characters (two UTF-16 units each,
-which the core's character count cannot see) is not cut inside a word.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import telegramify_markdown
 from telegram import Message, MessageEntity, PhotoSize, User
 
 from bridge.engine.commands import parse_command
-from bridge.markdown import code_span
+from bridge.markdown import PARSE_OPTIONS, UTF16, Ruler, code_span, split_markdown
 from bridge.model import Attachment, Inbound
 
 MAX_MESSAGE = 4096  # Telegram's limit, in UTF-16 code units, after entity parsing
@@ -46,13 +48,6 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("stop", "Stop the current run"),
 )
 SHARED_CHAT_TYPES = frozenset({"group", "supergroup", "channel"})
-# the parser options telegramify-markdown parses with (its converter.STANDARD_OPTIONS)
-PARSE_OPTIONS = (
-    pyromark.Options.ENABLE_TABLES
-    | pyromark.Options.ENABLE_STRIKETHROUGH
-    | pyromark.Options.ENABLE_TASKLISTS
-    | pyromark.Options.ENABLE_MATH
-)
 KEPT_HTML = frozenset({"<tg-spoiler>", "</tg-spoiler>"})  # the one tag Telegram shows
 # the converter's settings for this adapter alone (its default config is process-global):
 # an open task shows an empty box, not the library's ☑ that reads as done next to ✅
@@ -65,7 +60,6 @@ INLINE_SYNTAX = frozenset("\\`*_[]<>&~$|!")  # escaped where a URL is written as
 SPLITTABLE = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler"})
 QUOTES = frozenset({"blockquote", "expandable_blockquote"})
 CODE = frozenset({"code", "pre"})
-NON_SPACE = re.compile(r"\S")
 BLANK = " \t"  # the spaces a removed @mention leaves beside it (never line breaks)
 TgEntity = telegramify_markdown.MessageEntity
 
@@ -261,15 +255,44 @@ def bare_urls(markdown: str) -> str:
     return out.decode()
 
 
-def render(markdown: str, limit: int = MAX_MESSAGE) -> list[Part]:
-    """Markdown as Telegram messages of at most ``limit`` UTF-16 units each."""
-    markdown = markdown.replace("\r\n", "\n").replace("\r", "\n")
+def _converted(markdown: str) -> tuple[str, list[TgEntity]]:
+    """``markdown`` (its line breaks "\n") as Telegram text and the entities it accepts."""
     source = broken_after_blocks(readable_links(literal_html(bare_urls(markdown))))
     text, entities = telegramify_markdown.convert(source, config=RENDER_CONFIG)
+    return text, _nest(_fix_links(entities))
+
+
+MIN_ROOM = 256  # the least a Markdown part is cut to before its rendering is cut instead
+
+
+def _fitted(markdown: str, limit: int, room: int) -> list[tuple[str, list[TgEntity]]]:
+    """``markdown`` split on its tree into parts of at most ``room`` UTF-16 units, each
+    rendered; one whose rendering is over ``limit`` (the conversion wrote more than the
+    Markdown held) is split again with less room, and cut as text below ``MIN_ROOM``."""
+    out: list[tuple[str, list[TgEntity]]] = []
+    for piece in split_markdown(markdown, room, UTF16):
+        text, entities = _converted(piece)
+        size = utf16_len(text)
+        if size <= limit:
+            out.append((text, entities))
+        elif room > MIN_ROOM:
+            out += _fitted(piece, limit, max(MIN_ROOM, room * limit // size * 9 // 10))
+        else:
+            out += telegramify_markdown.split_entities(text, entities, limit)
+    return out
+
+
+def render(markdown: str, limit: int = MAX_MESSAGE) -> list[Part]:
+    """Markdown as Telegram messages of at most ``limit`` UTF-16 units each: one when its
+    rendering fits, else its Markdown split on its tree and each part rendered."""
+    markdown = markdown.replace("\r\n", "\n").replace("\r", "\n")
+    text, entities = _converted(markdown)
     if not text.strip():
         fallback = markdown.strip() or "…"
         return [Part(chunk, ()) for chunk in split_plain(fallback, limit)]
-    chunks = _split_entities(text, _nest(_fix_links(entities)), limit)
+    chunks = [(text, entities)]
+    if utf16_len(text) > limit:
+        chunks = _fitted(markdown, limit, max(limit, MIN_ROOM))
     parts = [Part(t, tuple(_entity(e) for e in ents)) for t, ents in chunks if t.strip()]
     return parts or [Part("…", ())]
 
@@ -502,73 +525,7 @@ def _nest(entities: list[TgEntity]) -> list[TgEntity]:
     return kept
 
 
-# -- splitting ---------------------------------------------------------------------------------
-
-
-def _utf16_offsets(text: str) -> list[int]:
-    """``offsets[i]``: where ``text[i]`` starts, in UTF-16 code units (and the total last)."""
-    offsets = [0] * (len(text) + 1)
-    total = 0
-    for i, ch in enumerate(text):
-        offsets[i] = total
-        total += 2 if ord(ch) > 0xFFFF else 1
-    offsets[len(text)] = total
-    return offsets
-
-
-def _cuts(text: str, offsets: list[int], limit: int) -> list[tuple[int, int]]:
-    """Ranges of ``text`` of at most ``limit`` UTF-16 units, ending after a newline where one
-    is in the second half of the room, else after the last space or newline: a word is cut
-    only when the room holds no space at all. (The core splits by characters; text of
-    astral characters, two units each, is cut again here.)"""
-    ranges: list[tuple[int, int]] = []
-    start, size = 0, len(text)
-    while offsets[size] - offsets[start] > limit:
-        hard = bisect.bisect_right(offsets, offsets[start] + limit, start, size + 1) - 1
-        hard = max(hard, start + 1)
-        found = text.rfind("\n", start + (hard - start) // 2, hard)
-        if found < 0:
-            found = max(text.rfind(c, start, hard) for c in " \n\t")
-        cut = found + 1 if found >= 0 else hard
-        ranges.append((start, cut))
-        start = cut
-    ranges.append((start, size))
-    return ranges
-
-
-def _split_entities(
-    text: str, entities: list[TgEntity], limit: int
-) -> list[tuple[str, list[TgEntity]]]:
-    """Parts of at most ``limit`` UTF-16 units, entities clipped into each part (in the
-    order given). Each part looks only at the entities that reach into it: an entity is
-    taken up when the parts reach its start and let go after its end."""
-    offsets = _utf16_offsets(text)
-    by_start = sorted(range(len(entities)), key=lambda k: entities[k].offset)
-    taken = 0  # by_start[:taken] have been taken up
-    open_: list[int] = []  # the entities taken up that may reach into the next part
-    parts: list[tuple[str, list[TgEntity]]] = []
-    for start, end in _cuts(text, offsets, limit):
-        low, high = offsets[start], offsets[end]
-        while taken < len(by_start) and entities[by_start[taken]].offset < high:
-            open_.append(by_start[taken])
-            taken += 1
-        open_ = [k for k in open_ if entities[k].offset + entities[k].length > low]
-        chunk = text[start:end]
-        if not chunk.strip():
-            continue
-        clipped: list[TgEntity] = []
-        for k in sorted(open_):
-            e = entities[k]
-            a, b = max(e.offset, low), min(e.offset + e.length, high)
-            if b <= a:
-                continue
-            # a piece that is only the whitespace at a cut is dropped
-            if NON_SPACE.search(
-                text, bisect.bisect_left(offsets, a), bisect.bisect_left(offsets, b)
-            ):
-                clipped.append(e.copy_with(offset=a - low, length=b - a))
-        parts.append((chunk, clipped))
-    return parts
+# -- plain text ------------------------------------------------------------------------------
 
 
 def utf16_len(text: str) -> int:
@@ -576,8 +533,22 @@ def utf16_len(text: str) -> int:
 
 
 def split_plain(text: str, limit: int = MAX_MESSAGE) -> list[str]:
-    """Plain text in parts of at most ``limit`` UTF-16 units, cut at newlines or spaces."""
-    parts = [text[a:b] for a, b in _cuts(text, _utf16_offsets(text), limit)]
+    """Plain text (what renders as nothing as Markdown) in parts of at most ``limit``
+    UTF-16 units, each ending after a newline where one is in the second half of the room,
+    else after the last space or newline: a word is cut only when the room holds no space.
+    (telegramify's ``split_entities`` cuts only at newlines.)"""
+    at = Ruler(UTF16).offsets(text)
+    parts: list[str] = []
+    start, size = 0, len(text)
+    while at.at(size) - at.at(start) > limit:
+        hard = max(at.index(at.at(start) + limit), start + 1)
+        found = text.rfind("\n", start + (hard - start) // 2, hard)
+        if found < 0:
+            found = max(text.rfind(c, start, hard) for c in " \n\t")
+        cut = found + 1 if found >= 0 else hard
+        parts.append(text[start:cut])
+        start = cut
+    parts.append(text[start:size])
     kept = [p for p in parts if p.strip()]
     return kept or parts[:1]
 

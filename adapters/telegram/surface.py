@@ -165,9 +165,16 @@ def parse_ref(ref: str) -> tuple[int, int]:
 
 class TelegramSurface:
     name = "telegram"
-    # Parts are converted to entities after the core's split: leave headroom under 4096.
+    # Parts are converted to entities after the core's split (in Telegram's own unit):
+    # leave headroom under 4096 for what the conversion adds.
     capabilities = Capabilities(
-        edit=True, buttons=True, upload=True, typing=True, max_length=3500, edit_interval_s=2.0
+        edit=True,
+        buttons=True,
+        upload=True,
+        typing=True,
+        max_length=3500,
+        length_unit="utf16",
+        edit_interval_s=2.0,
     )
 
     def __init__(self, bot: Bot, *, min_interval_s: float = 1.0) -> None:

@@ -209,7 +209,8 @@ class Running(Commanding):
             if not bubble:
                 body = f"{closed(body)}\n\n_{line}_"
             # off the loop: a long answer takes a while to parse and split
-            parts = await asyncio.to_thread(split_markdown, body, limit - 16)
+            unit = surface.capabilities.length_unit if surface else "characters"
+            parts = await asyncio.to_thread(split_markdown, body, limit - 16, unit)
             for i, part in enumerate(parts):
                 out = Outgoing(ReplyKind.ANSWER, part, continues=i > 0)
                 replies.append(self._reply(msg, f"answer:{msg.id}:{i}", out))

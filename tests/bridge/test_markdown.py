@@ -1,5 +1,12 @@
 """Splitting answers to a surface's limit: every part within it, no code block cut open,
-nothing lost (parsed back with the same CommonMark parser the splitter uses)."""
+nothing lost (parsed back with markdown-it-py, a second CommonMark reader, not the one
+the splitter uses).
+
+A top-level code block longer than a message is re-fenced part by part: each part's code
+must be exactly the code CommonMark reads in the answer, not the raw source lines around
+it. An indented code block whose line is longer than a whole part (a log line, a minified
+JSON with spaces) stays code in every part: the pieces of the cut line and the code lines
+after them are shown as code, never read as prose (``*x*`` in italics, ``_`` eaten)."""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from markdown_it import MarkdownIt
 from trace_support import lines_run
 
 import bridge.markdown
-from bridge.markdown import split_markdown
+from bridge.markdown import blocks, inline, nested, references, split_markdown, tree, units
 
 md = MarkdownIt("commonmark")
 
@@ -220,7 +227,10 @@ def test_splitting_does_work_in_proportion_to_the_answer(shape: str) -> None:
     (every line looked at every list item of the answer), holding the event loop."""
     make = LONG_INPUTS[shape]
     small, large = (
-        lines_run(functools.partial(split_markdown, make(n), 500), bridge.markdown)
+        sum(
+            lines_run(functools.partial(split_markdown, make(n), 500), module)
+            for module in (bridge.markdown, blocks, inline, nested, references, tree, units)
+        )
         for n in (400, 800)
     )
     assert large / small < 2.5, (small, large)
@@ -283,3 +293,93 @@ def test_a_code_block_opened_at_the_end_of_a_part_keeps_room_for_its_closing_lin
         for limit in (64, 100, 200):
             parts = split_markdown(text, limit)
             assert all(len(p) <= limit for p in parts), (filler, limit, [len(p) for p in parts])
+
+
+# -- top-level code blocks --------------------------------------------------------------
+
+LIMIT = 3484  # a Telegram message's share (its surface's max_length less 16)
+
+
+def fence_code_lines(markdown: str) -> list[str]:
+    """The lines of every fenced code block CommonMark finds in ``markdown``."""
+    return [
+        line
+        for tok in md.parse(markdown)
+        if tok.type == "fence"
+        for line in tok.content.splitlines()
+    ]
+
+
+def split_code(markdown: str) -> list[str]:
+    parts = split_markdown(markdown, LIMIT)
+    assert len(parts) > 1 and all(len(p) <= LIMIT for p in parts)
+    return [line for part in parts for line in fence_code_lines(part)]
+
+
+def test_an_indented_code_block_keeps_its_indentation_when_split() -> None:
+    """A fence indented by three spaces (its code too) came back with every line shifted
+    three spaces right: pasted Python failed with 'unexpected indent'."""
+    body = "\n".join(f"   def f{i}():\n       return {i}" for i in range(300))
+    answer = f"Here it is:\n\n   ```python\n{body}\n   ```\n\nDone."
+    assert split_code(answer) == fence_code_lines(answer)
+
+
+def test_the_last_line_of_a_code_block_the_model_never_closed_is_kept() -> None:
+    """An answer cut off inside a ````markdown block (the model ran out of tokens) whose last
+    line opens an inner ```python block lost that line: it was taken for the closing fence."""
+    body = "\n".join(f"Step {i}: " + "x" * 60 for i in range(80))
+    answer = f"````markdown\n{body}\n```python"
+    assert split_code(answer)[-1] == "```python"
+    assert split_code(answer) == fence_code_lines(answer)
+
+
+def test_code_that_looks_like_a_fence_once_de_indented_does_not_close_the_block() -> None:
+    """In a fence indented three spaces, a code line indented four (`` ```` `` in a Markdown
+    example) is code; taken out of the indentation it must not end the reopened block."""
+    body = "\n".join(f"line {i} " + "y" * 60 for i in range(80))
+    answer = f"   ```md\n{body}\n    ```\n{body}\n   ```"
+    assert split_code(answer) == fence_code_lines(answer)
+
+
+# -- indented code with lines longer than a part ---------------------------------------
+
+md_tables = MarkdownIt("commonmark").enable("table")
+
+
+def code_text(part: str) -> str:
+    """The code CommonMark finds in ``part`` (indented or fenced, at any depth)."""
+    return "".join(t.content for t in md_tables.parse(part) if t.type in ("code_block", "fence"))
+
+
+def squeeze(text: str) -> str:
+    return "".join(text.split())
+
+
+def test_a_long_line_of_indented_code_stays_code_in_every_part() -> None:
+    long_line = " ".join(f"w{i}_*x*" for i in range(60))
+    answer = f"Intro.\n\n    {long_line}\n    short()\n\nAfter."
+    parts = split_markdown(answer, 200)
+    assert len(parts) > 2
+    assert all(len(p) <= 200 for p in parts)
+    # every character of the code is code in some part, in order; nothing else is
+    assert squeeze("".join(code_text(p) for p in parts)) == squeeze(long_line + "short()")
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from(["ab", "*x*", "_y_", "`z`", "<t>", "a&b", "|", "~~s~~", "😀"]),
+            min_size=1,
+            max_size=120,
+        ).map(" ".join),
+        min_size=1,
+        max_size=6,
+    ),
+    st.integers(min_value=64, max_value=300),
+)
+def test_indented_code_of_any_line_length_is_all_code(lines: list[str], limit: int) -> None:
+    answer = "Text.\n\n" + "\n".join(f"    {line}" for line in lines) + "\n\nEnd."
+    parts = split_markdown(answer, limit)
+    assert all(len(p) <= limit for p in parts)
+    assert squeeze("".join(code_text(p) for p in parts)) == squeeze("".join(lines))

@@ -1,7 +1,7 @@
 """Reference-style links (``[the docs][1]`` with ``[1]: https://...`` at the end, as models
 write citations) in an answer longer than a message: every part is rendered on its own, so a
-part must carry the definitions its links use (parsed back with the same CommonMark parser
-the splitter uses)."""
+part must carry the definitions its links use (parsed back with markdown-it-py, a second
+CommonMark reader)."""
 
 from __future__ import annotations
 
