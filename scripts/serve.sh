@@ -14,4 +14,8 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] || [ ! -x "$here/.venv/b
   "$here/.venv/bin/pip" install -q --disable-pip-version-check -e "$here"
   printf '%s\n' "$want" >"$stamp"
 fi
+if ! command -v jazz-bridge >/dev/null 2>&1; then
+  echo "jazz-bridge: the command line is $here/.venv/bin/jazz-bridge" \
+    "(export PATH=\"$here/.venv/bin:\$PATH\" to type it as jazz-bridge)" >&2
+fi
 exec "$here/.venv/bin/jazz-bridge" serve "$@"
