@@ -34,7 +34,7 @@ import telegramify_markdown.converter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.slack.surface import _markdown as slack_markdown
+from adapters.slack.text import _markdown as slack_markdown
 from adapters.telegram import convert
 from bridge.markdown import PARSE_OPTIONS, UTF16, split_markdown, utf16_len
 

@@ -26,7 +26,7 @@ from slack_support import (
     with_fake,
 )
 
-from adapters.slack.surface import CHAT_UPDATE_BURST, CHAT_UPDATE_PER_MINUTE
+from adapters.slack.ratelimit import CHAT_UPDATE_BURST, CHAT_UPDATE_PER_MINUTE
 
 ARTIFACT_ROOT = "1764670300.000100"
 

@@ -13,7 +13,8 @@ from fake_slack_api import FakeSlackApi
 from gateway_harness import wait_until
 from slack_support import CHANNEL, TEAM
 
-from adapters.slack.surface import MAX_EDIT_STATE, SlackSurface
+from adapters.slack.edits import MAX_EDIT_STATE
+from adapters.slack.surface import SlackSurface
 from bridge.model import Choice, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import DeliveryError
 

@@ -20,8 +20,9 @@ import pytest
 from fake_slack_api import FakeSlackApi
 from slack_support import CHANNEL, TEAM, shorten_pauses, with_fake
 
-from adapters.slack import surface as slack_surface_module
-from adapters.slack.surface import LOOKUP_PAGES, SlackSurface
+from adapters.slack import lookup as slack_surface_module
+from adapters.slack.lookup import LOOKUP_PAGES
+from adapters.slack.surface import SlackSurface
 from bridge.engine.delivery import Deliverer
 from bridge.metrics import Metrics
 from bridge.model import Inbound, Outgoing, ReplyKind, ReplyState, ReplyTarget

@@ -7,13 +7,9 @@ from typing import Any
 
 import pytest
 
-from adapters.slack.surface import (
-    MARKDOWN_BLOCK_MAX,
-    SlackSurface,
-    _markdown,
-    _mrkdwn,
-    blocks_for,
-)
+from adapters.slack.blocks import blocks_for
+from adapters.slack.surface import SlackSurface
+from adapters.slack.text import MARKDOWN_BLOCK_MAX, _markdown, _mrkdwn
 from bridge.markdown import split_markdown
 from bridge.model import Choice, Outgoing, ReplyKind, ReplyTarget
 
@@ -63,7 +59,7 @@ async def test_agent_text_cannot_notify_a_channel(kind: ReplyKind) -> None:
 
 
 def test_a_clipped_text_does_not_end_in_half_an_entity() -> None:
-    from adapters.slack.surface import _mrkdwn
+    from adapters.slack.text import _mrkdwn
 
     text = _mrkdwn("x" * 2996 + "&&&&", 3000)
     assert len(text) <= 3000 and text.endswith("…")
