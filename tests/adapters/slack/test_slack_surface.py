@@ -1,4 +1,4 @@
-"""The Slack surface's edits (adapters/slack/surface.py), on the real AsyncWebClient against the
+"""The Slack surface's edits (adapters/slack/), on the real AsyncWebClient against the
 fake Slack Web API: which edit of a message lands, however many messages were edited before
 or whatever press came meanwhile, and an edit that settles a message (a run's summary, an
 answered prompt) tried again after one passing failure (a 5xx, a dropped connection),

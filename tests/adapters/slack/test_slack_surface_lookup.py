@@ -1,4 +1,4 @@
-"""What the Slack surface does after a post whose outcome is unclear (adapters/slack/surface.py):
+"""What the Slack surface does after a post whose outcome is unclear (adapters/slack/):
 the connection dropped, no answer. The thread is searched for the reply's key before the
 post is sent again: a reply that landed is found (in a thread of weeks too: only the replies
 since the unclear post are searched), and one the search cannot tell about (Slack refuses
@@ -20,7 +20,7 @@ import pytest
 from fake_slack_api import FakeSlackApi
 from slack_support import CHANNEL, TEAM, shorten_pauses, with_fake
 
-from adapters.slack import lookup as slack_surface_module
+from adapters.slack import lookup
 from adapters.slack.lookup import LOOKUP_PAGES
 from adapters.slack.surface import SlackSurface
 from bridge.engine.delivery import Deliverer
@@ -108,7 +108,7 @@ async def test_an_unclear_post_in_a_long_thread_is_found_not_posted_twice(
     surface: SlackSurface,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(slack_surface_module, "IN_FLIGHT_GRACE_S", 0.5)
+    monkeypatch.setattr(lookup, "IN_FLIGHT_GRACE_S", 0.5)
     week_ago = int(time.time()) - WEEK_S
     for i in range(LOOKUP_PAGES * PAGE + 100):  # a week of a conversation in one thread
         ts = f"{week_ago + i * 60}.000100"
