@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import grp
+import inspect
 import os
 import pwd
 import secrets
@@ -20,6 +21,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from accounts_support import (
@@ -136,6 +138,28 @@ def fake_dir(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.fixture
+def tiny_state(env: dict[str, str]) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted over ``<root>/state`` (``env``: the module's gateway), to be
+    filled so the gateway's store refuses to write (root; skipped where mount is refused)."""
+    if not IS_ROOT:
+        pytest.skip("needs root to mount a tmpfs over the state directory")
+    state = Path(env["JAZZ_BRIDGE_ROOT"]) / "state"
+    state.mkdir(parents=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0750", "jb-tiny-state", str(state)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield state
+    finally:
+        remove_accounts(state / "accounts.json")  # before the tmpfs (and the map) goes
+        subprocess.run(["umount", "-l", str(state)], check=False)
+
+
 E2E_MARKS = ("gateway_env", "install_fake_runner")
 
 
@@ -145,11 +169,31 @@ def _builds_on_the_fake_runner(path: Path) -> bool:
     return any(mark in text for mark in E2E_MARKS)
 
 
+@functools.cache
+def _fixture_builds_on_the_fake_runner(func: Any) -> bool:
+    try:
+        text = inspect.getsource(func)
+    except (OSError, TypeError):
+        return False
+    return any(mark in text for mark in E2E_MARKS)
+
+
+def _end_to_end(item: pytest.Item) -> bool:
+    """A test of the gateway on the fake runner: its module builds on it, or a fixture it
+    uses does (an ``env`` shared in a conftest)."""
+    if _builds_on_the_fake_runner(item.path):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    # the definition in use of each fixture (the last: a module's own overrides a conftest's)
+    return any(_fixture_builds_on_the_fake_runner(group[-1].func) for group in defs if group)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("JB_TEST_RUNNER", "documented") != "released":
         return
-    keep = [item for item in items if _builds_on_the_fake_runner(item.path)]
-    dropped = [item for item in items if not _builds_on_the_fake_runner(item.path)]
+    keep = [item for item in items if _end_to_end(item)]
+    dropped = [item for item in items if not _end_to_end(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep

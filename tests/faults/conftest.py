@@ -23,6 +23,7 @@ for extra in (TESTS / "bridge", TESTS / "adapters" / "slack", TESTS / "adapters"
 
 from fake_bot_api import FakeBotApi  # noqa: E402
 from fake_slack_api import FakeSlackApi  # noqa: E402
+from platforms_support import SLACK_BOT_TOKEN, TG_TOKEN, running_fakes  # noqa: E402
 
 
 @pytest.fixture
@@ -41,3 +42,12 @@ async def slack_api(request: pytest.FixtureRequest) -> AsyncIterator[FakeSlackAp
     await api.start()
     yield api
     await api.stop()
+
+
+@pytest.fixture
+async def fakes(request: pytest.FixtureRequest) -> AsyncIterator[tuple[FakeSlackApi, FakeBotApi]]:
+    """Both fake platforms at once, with the module's tokens if it names its own."""
+    slack_token = getattr(request.module, "SLACK_TOKEN", SLACK_BOT_TOKEN)
+    tg_token = getattr(request.module, "TG_TOKEN", TG_TOKEN)
+    async with running_fakes(slack_token, tg_token) as both:
+        yield both

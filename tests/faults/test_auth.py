@@ -33,7 +33,6 @@ TESTS = HERE.parent
 from fake_bot_api import FakeBotApi  # noqa: E402
 from fake_slack_api import FakeSlackApi  # noqa: E402
 from gateway_harness import Client, gateway_env, running_gateway, wait_until  # noqa: E402
-from platforms_support import running_fakes  # noqa: E402
 
 from bridge.app import GatewayApp  # noqa: E402
 from bridge.model import InboxState  # noqa: E402
@@ -81,12 +80,6 @@ def tg_body(update_id: int, text: str) -> bytes:
     body["update_id"] = update_id
     body["message"]["text"] = text
     return json.dumps(body).encode()
-
-
-@pytest.fixture
-async def fakes() -> AsyncIterator[tuple[FakeSlackApi, FakeBotApi]]:
-    async with running_fakes(SLACK_TOKEN, TG_TOKEN) as both:
-        yield both
 
 
 @pytest.fixture

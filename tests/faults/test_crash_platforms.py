@@ -36,7 +36,7 @@ import random
 import secrets
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,6 @@ from platforms_support import (
     deliver_telegram,
     install_runner,
     platform_env,
-    running_fakes,
     runs_logged,
     slack_event,
     slack_shown,
@@ -140,12 +139,6 @@ class Tally:
     redelivered: int = 0  # of those, deliveries of a message delivered before
     extra_after_ack: int = 0  # deliberate deliveries of an acknowledged message
     statuses: Counter[int] = field(default_factory=Counter)
-
-
-@pytest.fixture
-async def fakes() -> AsyncIterator[tuple[FakeSlackApi, FakeBotApi]]:
-    async with running_fakes() as both:
-        yield both
 
 
 @pytest.fixture

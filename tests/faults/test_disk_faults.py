@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import logging
 import os
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from accounts_support import IS_ROOT, remove_accounts
+from accounts_support import remove_accounts
 from faults_support import (
     gateway_env,
     install_runner,
@@ -33,6 +32,7 @@ from faults_support import (
     running_gateway,
     wait_until,
 )
+from full_disk_support import fill
 from platforms_support import (
     Outcome,
     deliver_slack,
@@ -129,41 +129,6 @@ async def test_a_database_from_a_newer_version_is_refused_and_left_untouched(
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
     assert db.stat().st_mtime_ns == stat_before.st_mtime_ns
     assert sorted(p.name for p in state_dir(env).iterdir()) == listing
-
-
-def fill(directory: Path) -> Path:
-    """Write a file until the filesystem is full; return it."""
-    filler = directory / "filler"
-    block = b"\0" * 4096
-    with open(filler, "wb", buffering=0) as fh:
-        while True:
-            try:
-                fh.write(block)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-                break
-    return filler
-
-
-@pytest.fixture
-def tiny_state(env: dict[str, str]) -> Iterator[Path]:
-    """A 2 MiB tmpfs mounted over ``<root>/state`` (root; skipped where mount is refused)."""
-    if not IS_ROOT:
-        pytest.skip("needs root to mount a tmpfs over the state directory")
-    state = state_dir(env)
-    state.mkdir(parents=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0750", "jazz-fault-state", str(state)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield state
-    finally:
-        remove_accounts(state / "accounts.json")  # before the tmpfs (and the map) goes
-        subprocess.run(["umount", "-l", str(state)], check=False)
 
 
 async def test_a_full_state_disk_refuses_clearly_and_recovers(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,6 @@ from platforms_support import (
     deliver_telegram,
     install_runner,
     platform_env,
-    running_fakes,
     runs_logged,
     slack_event,
     slack_shown,
@@ -63,12 +62,6 @@ FAULTS = ["429", "5xx", "5xx-commit", "drop", "drop-commit", "stall", "stall-com
 ANSWER_FAULTS = {"429": 8, "5xx": 3, "drop": 3, "stall": 1}  # how many calls in a row fail
 EDIT_FAULTS = {"429": 6, "5xx": 4, "drop": 4, "stall": 2}
 CHANNEL = "C0FAULTS01"
-
-
-@pytest.fixture
-async def fakes() -> AsyncIterator[tuple[FakeSlackApi, FakeBotApi]]:
-    async with running_fakes() as both:
-        yield both
 
 
 @pytest.fixture

@@ -6,16 +6,16 @@ The support modules live beside the other gateway tests, not here: ``gateway_har
 directories go on ``sys.path`` here, once, before any test module of this directory is
 imported (there are no packages under ``tests/``: modules are imported by base name).
 
-Each end-to-end module keeps its own ``env`` fixture (``gateway_env`` and its teardown):
-``tests/conftest.py`` keeps a module in the ``JB_TEST_RUNNER=released`` session by what
-its text says (``gateway_env``, ``install_fake_runner``), so the mark stays in the module.
-The fake platforms the Slack and Telegram modules drive are fixtures here.
+The plain gateway's ``env`` (``gateway_env`` and its teardown) is a fixture here; a module
+that needs other settings has its own. ``tests/conftest.py`` keeps a test in the
+``JB_TEST_RUNNER=released`` session when its module or one of its fixtures builds on the
+fake runner. The fake platforms the Slack and Telegram modules drive are fixtures here.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,10 +30,19 @@ for extra in (
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
+from accounts_support import remove_accounts  # noqa: E402
 from fake_bot_api import FakeBotApi  # noqa: E402
 from fake_slack_api import FakeSlackApi  # noqa: E402
+from gateway_harness import gateway_env  # noqa: E402
 from slack_support import APP_TOKEN, BOT_TOKEN  # noqa: E402
 from tg_support import TOKEN  # noqa: E402
+
+
+@pytest.fixture
+def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
+    """The gateway on the fake runner with the harness's defaults."""
+    yield gateway_env(tmp_path / "root", fake_dir, uid_range)
+    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 @pytest.fixture

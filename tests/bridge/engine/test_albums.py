@@ -10,25 +10,15 @@ read the transcript), the fake runner as a real subprocess; every wait is bounde
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import plain_surface
-import pytest
-from accounts_support import remove_accounts
-from gateway_harness import gateway_env, running_gateway, wait_until
 from gateway_harness import run_starts as starts
+from gateway_harness import running_gateway, wait_until
 
 from bridge.model import Inbound, InboxState, Outgoing, ReplyKind, ReplyTarget
 from bridge.store import NewReply, SqliteStore
 from provisioning import naming
-
-
-@pytest.fixture
-def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
-    yield gateway_env(tmp_path / "root", fake_dir, uid_range)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
-
 
 KEY = "plain:album"
 

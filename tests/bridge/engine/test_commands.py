@@ -8,26 +8,17 @@ a real subprocess; every wait is bounded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import plain_surface
-import pytest
-from accounts_support import remove_accounts
-from gateway_harness import gateway_env, running_gateway, wait_until
 from gateway_harness import run_starts as starts
+from gateway_harness import running_gateway, wait_until
 
 from bridge.engine import conversation_name
 from bridge.model import Inbound
 
 KEY = "plain:room"
-
-
-@pytest.fixture
-def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
-    yield gateway_env(tmp_path / "root", fake_dir, uid_range)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 def inbound(event_id: str, text: str, *, thread: str = KEY, user: str = "u1") -> Inbound:

@@ -9,22 +9,13 @@ the bundled reference runner as real subprocesses; every wait is bounded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import plain_surface
-import pytest
-from accounts_support import remove_accounts
-from gateway_harness import Client, gateway_env, running_gateway, use_reference_runner, wait_until
+from gateway_harness import Client, running_gateway, use_reference_runner, wait_until
 
 from bridge.model import Inbound, InboxState
-
-
-@pytest.fixture
-def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
-    yield gateway_env(tmp_path / "root", fake_dir, uid_range)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 async def test_a_prompt_is_answered_by_the_asker_and_refused_to_others(env: dict[str, str]) -> None:

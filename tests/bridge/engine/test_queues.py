@@ -10,25 +10,16 @@ buttons), the fake runner as a real subprocess; every wait is bounded.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import plain_surface
-import pytest
-from accounts_support import remove_accounts
-from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
 from gateway_harness import run_starts as starts
+from gateway_harness import running_gateway, use_reference_runner, wait_until
 
 from bridge.model import Inbound, InboxState, Outgoing, ReplyTarget
 from bridge.ports import AdapterContext, AdapterSpec, ChatGone
 
 KEY = "plain:room"
-
-
-@pytest.fixture
-def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
-    yield gateway_env(tmp_path / "root", fake_dir, uid_range)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 def inbound(event_id: str, text: str, *, thread: str = KEY, user: str = "u1") -> Inbound:

@@ -12,24 +12,15 @@ bounded.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import plain_surface
-import pytest
-from accounts_support import remove_accounts
-from gateway_harness import gateway_env, install_fake_runner, running_gateway, wait_until
+from gateway_harness import install_fake_runner, running_gateway, wait_until
 from gateway_harness import run_starts as starts
 
 from bridge.model import Inbound, InboxState
 from bridge.store import PromptRecord, SqliteStore
 from provisioning import naming
-
-
-@pytest.fixture
-def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
-    yield gateway_env(tmp_path / "root", fake_dir, uid_range)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 def database(env: dict[str, str]) -> Path:

@@ -5,23 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import plain_surface
 import pytest
-from accounts_support import remove_accounts
-from gateway_harness import gateway_env, running_gateway, use_reference_runner, wait_until
+from gateway_harness import running_gateway, use_reference_runner, wait_until
 
 from bridge.model import Inbound, InboxState, Outgoing, ReplyKind, ReplyState, ReplyTarget
 from bridge.store import NewReply, SqliteStore
 from provisioning import naming
-
-
-@pytest.fixture
-def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
-    yield gateway_env(tmp_path / "root", fake_dir, uid_range)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 async def test_undelivered_replies_are_sent_at_start_exactly_once(env: dict[str, str]) -> None:

@@ -11,22 +11,13 @@ serve``, the web chat, runners of the tests' own that quote their keys.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from accounts_support import remove_accounts
 from faults_support import serve
-from gateway_harness import gateway_env
 
 from bridge.logs import MIN_SECRET_LEN
 from bridge.runner.command import shared_interpreter
-
-
-@pytest.fixture
-def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
-    yield gateway_env(tmp_path / "root", fake_dir, uid_range)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 def use_runner(env: dict[str, str], fake_dir: Path, name: str, source: str) -> None:

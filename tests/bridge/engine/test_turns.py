@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from accounts_support import IS_ROOT, remove_accounts
+from accounts_support import IS_ROOT
 from gateway_harness import (
     gateway_env,
     released_cli,
@@ -28,12 +27,6 @@ from gateway_harness import (
 from bridge.engine import conversation_name, conversation_prefix
 from bridge.errors import ConfigError
 from bridge.runner.command import shared_interpreter
-
-
-@pytest.fixture
-def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[dict[str, str]]:
-    yield gateway_env(tmp_path / "root", fake_dir, uid_range)
-    remove_accounts(tmp_path / "root" / "state" / "accounts.json")
 
 
 async def test_a_message_is_one_run_as_the_conversations_account(env: dict[str, str]) -> None:

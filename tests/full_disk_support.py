@@ -1,5 +1,5 @@
-"""Filling the gateway's state directory (the ``tiny_state`` tmpfs of this directory's
-``conftest.py``) until its store refuses to write: how a full disk is shown to a person."""
+"""Filling the gateway's state directory (the ``tiny_state`` tmpfs of ``tests/conftest.py``)
+until its store refuses to write: how a full disk is shown to a person."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import errno
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bridge"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "bridge"))
 from gateway_harness import Client
 
 
 def fill(directory: Path) -> Path:
+    """Write a file until the filesystem is full; return it."""
     filler = directory / "filler"
     with open(filler, "wb", buffering=0) as fh:
         while True:
