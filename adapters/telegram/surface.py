@@ -62,7 +62,7 @@ from telegram.warnings import PTBDeprecationWarning
 from bridge.model import Attachment, Choice, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import Capabilities, ChatGone, DeliveryError, FileTooLarge
 
-from . import convert
+from .render import MAX_MESSAGE, Part, first_part, render, utf16_len
 from .transport import without_token
 
 log = logging.getLogger(__name__)
@@ -328,7 +328,7 @@ class TelegramSurface:
         chat, thread = self._where(target)
         chat = self.current_chat(chat)
         self._check_cooldown()
-        parts = convert.render(message.text)
+        parts = render(message.text)
         markup = keyboard(message.choices)
         reply_to = target.context.get("message_id")
         quote = (
@@ -344,7 +344,7 @@ class TelegramSurface:
                 continue
             plain = (
                 message.text
-                if len(parts) == 1 and convert.utf16_len(message.text) <= convert.MAX_MESSAGE
+                if len(parts) == 1 and utf16_len(message.text) <= MAX_MESSAGE
                 else part.text
             )
             async with self._paced(chat):
@@ -367,7 +367,7 @@ class TelegramSurface:
         self,
         chat: int,
         thread: int | None,
-        part: convert.Part,
+        part: Part,
         plain: str,
         *,
         markup: InlineKeyboardMarkup | None,
@@ -419,7 +419,7 @@ class TelegramSurface:
 
     async def _edit(self, key: tuple[int, int], message: Outgoing, *, held: bool = False) -> None:
         chat, message_id = key
-        part = convert.first_part(message.text)
+        part = first_part(message.text)
         markup = keyboard(message.choices)
         async with self._paced(chat):
             if held and self._held_edits.get(key) is not message:
@@ -436,7 +436,7 @@ class TelegramSurface:
                 raise
 
     async def _edit_call(
-        self, chat: int, message_id: int, part: convert.Part, markup: InlineKeyboardMarkup | None
+        self, chat: int, message_id: int, part: Part, markup: InlineKeyboardMarkup | None
     ) -> None:
         try:
             await self._in_chat(
