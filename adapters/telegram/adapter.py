@@ -29,8 +29,8 @@ from bridge import rules
 from bridge.errors import AdapterError
 from bridge.ports import AdapterContext, SubmitStatus
 
-from . import convert
 from .beside import Beside
+from .inbound import Rules, normalize_ids
 from .intake import UpdateIntake
 from .moves import ChatMoves
 from .polling import Polling
@@ -42,6 +42,14 @@ from .webhook import Webhook
 
 log = logging.getLogger(__name__)
 
+# the bot's command menu (setMyCommands), set again only when it changed
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("start", "What this bot does"),
+    ("help", "How to talk to the agent, and the commands"),
+    ("new", "Start a fresh conversation (files stay)"),
+    ("status", "What is running, what waits, the last run's cost"),
+    ("stop", "Stop the current run"),
+)
 SEND_POOL = 256  # keep-alive connections for every method but getUpdates (PTB's default)
 
 
@@ -67,7 +75,7 @@ class TelegramAdapter:
         )
         self.bot = self.application.bot
         self._surface = TelegramSurface(self.bot, min_interval_s=s.min_send_interval_s)
-        self.rules: convert.Rules | None = None
+        self.rules: Rules | None = None
         self._initialized = False
         # set at stop: ends the webhook registrar's and the offset writer's pauses
         self._stopped = asyncio.Event()
@@ -105,13 +113,13 @@ class TelegramAdapter:
             raise AdapterError(f"cannot reach the Telegram Bot API at {s.api_url}: {exc}") from exc
         self._initialized = True
         me = self.bot.bot
-        self.rules = convert.Rules(
+        self.rules = Rules(
             bot_id=me.id,
             bot_username=me.username or "",
-            allowed_chats=convert.normalize_ids(s.allowed_chats),
-            allowed_users=convert.normalize_ids(s.allowed_users),
+            allowed_chats=normalize_ids(s.allowed_chats),
+            allowed_users=normalize_ids(s.allowed_users),
             allow_everyone=s.allow_everyone,
-            operators=convert.normalize_ids(s.operators),
+            operators=normalize_ids(s.operators),
             group_trigger=s.group_trigger,
         )
         log.info("telegram: bot @%s (%d), %s mode", me.username, me.id, self.mode)
@@ -172,12 +180,12 @@ class TelegramAdapter:
 
     async def _sync_commands(self) -> None:
         """setMyCommands only when the list changed since the last call that succeeded."""
-        digest = hashlib.sha256(json.dumps(convert.COMMANDS).encode()).hexdigest()
+        digest = hashlib.sha256(json.dumps(COMMANDS).encode()).hexdigest()
         key = self._kv("commands-sha256")
         if await self.ctx.store.get_kv(key) == digest:
             return
         try:
-            await self.bot.set_my_commands([BotCommand(c, d) for c, d in convert.COMMANDS])
+            await self.bot.set_my_commands([BotCommand(c, d) for c, d in COMMANDS])
         except TelegramError as exc:
             log.warning("telegram: setMyCommands failed (tried again at the next start): %s", exc)
             return

@@ -1,7 +1,7 @@
 """Telegram's updates to the core: a message becomes an :class:`~bridge.model.Inbound`
 handed to ``gateway.submit``, whichever way it came (the webhook or polling).
 
-The conversion is :mod:`.convert`'s (a pure function of the message and the bot's rules);
+The conversion is :mod:`.inbound`'s (a pure function of the message and the bot's rules);
 this is what it needs around it that lasts from one update to the next: the chats that
 moved to a supergroup (:mod:`.moves`), the albums a part of which addressed the bot, and
 the word to a sender whose message the core does not take. Button presses are
@@ -20,8 +20,8 @@ from telegram import Message, Update
 from bridge.model import Inbound, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import AdapterContext, DeliveryError, SubmitStatus
 
-from . import convert
 from .beside import Beside
+from .inbound import SHARED_CHAT_TYPES, Ignored, Rules, thread_key, to_inbound
 from .moves import ChatMoves
 from .surface import TelegramSurface
 
@@ -41,7 +41,7 @@ class UpdateIntake:
         self,
         ctx: AdapterContext,
         surface: TelegramSurface,
-        rules: convert.Rules,
+        rules: Rules,
         moves: ChatMoves,
         beside: Beside,
     ) -> None:
@@ -67,7 +67,7 @@ class UpdateIntake:
             metrics.labels("telegram", "ignored").inc()
             return None
         try:
-            result = convert.to_inbound(
+            result = to_inbound(
                 update.update_id,
                 message,
                 self.rules,
@@ -78,7 +78,7 @@ class UpdateIntake:
             log.exception("telegram: update %d could not be read; dropped", update.update_id)
             metrics.labels("telegram", "ignored").inc()
             return None
-        if isinstance(result, convert.Ignored):
+        if isinstance(result, Ignored):
             log.info("telegram: update %d %s: %s", update.update_id, result.outcome, result.reason)
             metrics.labels("telegram", result.outcome).inc()
             if result.tell is not None:
@@ -122,23 +122,23 @@ class UpdateIntake:
             message = update.message
             if message is None or message.media_group_id is None:
                 continue
-            if message.chat.type not in convert.SHARED_CHAT_TYPES:
+            if message.chat.type not in SHARED_CHAT_TYPES:
                 continue
             with contextlib.suppress(Exception):  # take() logs it when it meets the update
-                result = convert.to_inbound(
+                result = to_inbound(
                     update.update_id, message, self.rules, keyed_on=self.keyed_on(message.chat.id)
                 )
                 if isinstance(result, Inbound) and result.part_of is not None:
                     self._addressed(result.part_of)
 
-    async def _tell(self, update_id: int, ignored: convert.Ignored) -> None:
+    async def _tell(self, update_id: int, ignored: Ignored) -> None:
         """Say why a message the core does not take gets no answer, quoting it in a group
         (an error, as a refused run is said). Best effort: not stored, not retried."""
         assert ignored.tell is not None and ignored.target is not None
         chat, topic = int(ignored.target["chat_id"]), ignored.target.get("thread_id")
         target = ReplyTarget(
             surface="telegram",
-            thread_key=convert.thread_key(chat, int(topic) if topic is not None else None),
+            thread_key=thread_key(chat, int(topic) if topic is not None else None),
             context=dict(ignored.target),
         )
         try:

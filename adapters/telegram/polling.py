@@ -24,8 +24,8 @@ from bridge.ports import AdapterContext, SubmitStatus
 from bridge.store import StoreError
 
 from . import guard
+from .calls import retry_seconds
 from .intake import ALLOWED_UPDATES
-from .surface import retry_seconds
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,9 @@ from bridge.presses import (
     press_plan,
 )
 
-from . import convert
 from .beside import Beside
+from .inbound import Rules, display_name
+from .render import first_part
 from .surface import TelegramSurface
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class CallbackPresses:
         ctx: AdapterContext,
         bot: Bot,
         surface: TelegramSurface,
-        rules: convert.Rules,
+        rules: Rules,
         keyed_on: Callable[[int], int],
         *,
         polled: bool,
@@ -81,7 +82,7 @@ class CallbackPresses:
                     query.data,
                     str(user.id),
                     is_operator=self.rules.is_operator(user),
-                    actor_name=convert.display_name(user),
+                    actor_name=display_name(user),
                 )
                 plan = press_plan(query.data, result)
                 text, alert = plan.text, plan.refused  # always answered: the button spins
@@ -132,7 +133,7 @@ def _toast(markdown: str) -> str:
     if not markdown:
         return ""
     try:
-        plain = convert.first_part(markdown).text.strip()
+        plain = first_part(markdown).text.strip()
     except Exception:  # a toast is a courtesy: the raw text rather than none
         plain = markdown
     return plain[:MAX_TOAST]

@@ -1,13 +1,13 @@
 """The Telegram surface: the core's replies as Bot API calls, within Telegram's limits.
 
-Flood control: at most about one message a second per chat (a lock and a timestamp per
-chat), ``RetryAfter`` honoured (the core retries after it), and after a 429 a bot-wide
-cooldown during which typing is dropped and edits are held: only the newest edit of each
-message is kept (intermediate progress is replaced, never sent) and one tracked task sends
-it once the cooldown is over, so a bubble still ends on the run's summary (the Slack
-surface does the same for its 429s). Answers are never dropped, they are retried once the
-cooldown is over. A reply in several parts remembers the parts already sent, so a retry
-never sends one twice.
+Flood control: at most about one message a second per chat, ``RetryAfter`` honoured (the
+core retries after it), and after a 429 a bot-wide cooldown (:mod:`.calls` paces every
+call and keeps the cooldown) during which typing is dropped and edits are held: only the
+newest edit of each message is kept (intermediate progress is replaced, never sent) and one
+tracked task sends it once the cooldown is over, so a bubble still ends on the run's
+summary (the Slack surface does the same for its 429s). Answers are never dropped, they are
+retried once the cooldown is over. A reply in several parts remembers the parts already
+sent, so a retry never sends one twice.
 
 Delivery is at least once, not exactly once: the Bot API has no way to look a sent message
 up, so this surface does not offer ``find_sent``. A ``sendMessage`` that Telegram carried
@@ -21,7 +21,8 @@ Stop once the run is over turns it into "the run has ended", without buttons.
 A basic group upgraded to a supergroup (an admin turns on topics, a public link, ...) gets
 a new chat id, and every call to the old one is refused with ``migrate_to_chat_id`` (PTB's
 ``ChatMigrated``). Telegram says where the chat went, so the call is made once more there,
-and the surface remembers the move: the thread's later replies and edits go to the new id.
+and the move is remembered (:mod:`.calls`): the thread's later replies and edits go to the
+new id. Files, both ways, are :mod:`.files`'s.
 """
 
 from __future__ import annotations
@@ -29,94 +30,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime as dtm
 import logging
-import re
-import time
-import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 from telegram import (
     Bot,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
-    InputFile,
     LinkPreviewOptions,
     ReplyParameters,
 )
 from telegram.constants import ChatAction
-from telegram.error import (
-    BadRequest,
-    ChatMigrated,
-    Forbidden,
-    InvalidToken,
-    NetworkError,
-    RetryAfter,
-    TelegramError,
-    TimedOut,
-)
-from telegram.warnings import PTBDeprecationWarning
+from telegram.error import BadRequest, TelegramError
 
 from bridge.model import Attachment, Choice, Outgoing, ReplyKind, ReplyTarget
-from bridge.ports import Capabilities, ChatGone, DeliveryError, FileTooLarge
+from bridge.ports import Capabilities, DeliveryError
 
-from . import convert
-from .transport import without_token
+from .calls import BotCalls
+from .files import TelegramFiles, file_refused, refused_note
+from .render import MAX_MESSAGE, Part, first_part, render, utf16_len
 
 log = logging.getLogger(__name__)
 
-MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
-MAX_PHOTO_BYTES = 10 * 1024 * 1024  # larger images go as documents
 MAX_CALLBACK_DATA = 64  # bytes
 MAX_PARTIAL = 1000  # replies whose parts are remembered across retries
-GROUP_PACE_FACTOR = 3  # a group chat (id < 0) is paced 3x a private one: ~20 a minute
-MAX_MIGRATED = 10_000  # groups remembered as upgraded to a supergroup (old id -> new id)
-MAX_UPLOAD_MB = 50  # what a bot may send (a self-hosted Bot API server takes more)
-GONE_CHAT = "chat not found"  # a 400's description: the chat (or group) was deleted
-TOO_LARGE = "entity too large"  # HTTP 413's phrase, or Telegram's own description of it
-PHOTO_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
-
-T = TypeVar("T")
-
-
-def retry_seconds(exc: RetryAfter) -> float:
-    with warnings.catch_warnings():  # PTB 22 warns that the type becomes timedelta
-        warnings.simplefilter("ignore", PTBDeprecationWarning)
-        value: Any = exc.retry_after
-    if isinstance(value, dtm.timedelta):
-        return max(value.total_seconds(), 0.0)
-    return max(float(value), 0.0)
 
 
 def _entity_error(exc: BadRequest) -> bool:
     """Telegram refused the formatting, not the message: "can't parse entities", "entities
     too long" (their total size is capped: a link-heavy message), ENTITY_BOUNDS_INVALID..."""
     return "entit" in str(exc).lower()
-
-
-def _file_refused(exc: TelegramError) -> str | None:
-    """Why Telegram will never take this file (for a note in the chat), or None when the
-    failure is not the file's (flood control, the network, a chat that blocked the bot).
-
-    A file over the upload limit is answered with HTTP 413 (JSON, or the page of the proxy
-    in front), which PTB raises as a NetworkError, as if it would pass."""
-    if isinstance(exc, TimedOut):
-        return None
-    if isinstance(exc, NetworkError) and TOO_LARGE in str(exc).lower():
-        return f"Telegram takes files of up to {MAX_UPLOAD_MB} MB from a bot"
-    if isinstance(exc, BadRequest):
-        return f"Telegram refused it ({exc})"
-    return None
-
-
-def _code(text: str) -> str:
-    """``text`` as a Markdown code span, whatever backticks it holds."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def whole(message: Outgoing) -> Outgoing:
@@ -163,6 +106,19 @@ def parse_ref(ref: str) -> tuple[int, int]:
     return int(chat), int(message)
 
 
+def where(target: ReplyTarget) -> tuple[int, int | None]:
+    """The chat and forum topic a reply goes to."""
+    ctx = target.context
+    chat = ctx.get("chat_id")
+    if chat is None:  # telegram:<chat>[:<topic>]
+        pieces = target.thread_key.split(":")
+        chat = pieces[1]
+        thread = int(pieces[2]) if len(pieces) > 2 else None
+        return int(chat), thread
+    thread = ctx.get("thread_id")
+    return int(chat), int(thread) if thread is not None else None
+
+
 class TelegramSurface:
     name = "telegram"
     # Parts are converted to entities after the core's split (in Telegram's own unit):
@@ -179,50 +135,39 @@ class TelegramSurface:
 
     def __init__(self, bot: Bot, *, min_interval_s: float = 1.0) -> None:
         self.bot = bot
-        self.min_interval_s = min_interval_s
-        self.cooldown_until = 0.0  # monotonic: the bot-wide pause after a 429
-        self._locks: dict[int, asyncio.Lock] = {}
-        self._last_sent: dict[int, float] = {}
+        self.calls = BotCalls(min_interval_s)  # pacing, the cooldown, the chats' current ids
+        self.files = TelegramFiles(bot, self.calls)
         self._partial: dict[str, dict[int, int]] = {}  # reply key -> part -> message id
         self._held_edits: dict[tuple[int, int], Outgoing] = {}  # message -> newest held edit
         self._flusher: asyncio.Task[None] | None = None
-        self._migrated: dict[int, int] = {}  # a group upgraded to a supergroup: old -> new id
 
-    # -- flood control ------------------------------------------------------------------------
+    # -- flood control (:mod:`.calls`) ----------------------------------------------------------
+
+    @property
+    def min_interval_s(self) -> float:
+        return self.calls.min_interval_s
+
+    @min_interval_s.setter
+    def min_interval_s(self, value: float) -> None:
+        self.calls.min_interval_s = value
+
+    @property
+    def cooldown_until(self) -> float:
+        """Monotonic: the bot-wide pause after a 429."""
+        return self.calls.cooldown_until
+
+    @cooldown_until.setter
+    def cooldown_until(self, value: float) -> None:
+        self.calls.cooldown_until = value
 
     def cooling_down(self) -> float:
-        return max(self.cooldown_until - time.monotonic(), 0.0)
+        return self.calls.cooling_down()
 
-    def _check_cooldown(self) -> None:
-        left = self.cooling_down()
-        if left > 0:
-            raise DeliveryError(
-                f"Telegram flood control: waiting {left:.1f}s more", retry_after=left
-            )
+    def current_chat(self, chat: int) -> int:
+        """The chat's id now: a group's supergroup id once Telegram has told of the upgrade."""
+        return self.calls.current_chat(chat)
 
-    @asynccontextmanager
-    async def _paced(self, chat: int) -> AsyncIterator[None]:
-        lock = self._locks.setdefault(chat, asyncio.Lock())
-        async with lock:
-            # a group allows ~20 messages a minute (sends and edits alike), a private chat ~1/s
-            interval = self.min_interval_s * (GROUP_PACE_FACTOR if chat < 0 else 1)
-            wait = self._last_sent.get(chat, 0.0) + interval - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)  # rate limiting, not synchronisation
-            try:
-                yield
-            finally:
-                self._last_sent[chat] = time.monotonic()
-                if len(self._last_sent) > 5000:
-                    self._prune()
-
-    def _prune(self) -> None:
-        old = time.monotonic() - 60
-        for chat in [c for c, t in self._last_sent.items() if t < old]:
-            lock = self._locks.get(chat)
-            if lock is None or not lock.locked():
-                self._last_sent.pop(chat, None)
-                self._locks.pop(chat, None)
+    # -- edits held during the cooldown ---------------------------------------------------------
 
     def _hold(self, key: tuple[int, int], message: Outgoing) -> None:
         """Keep ``message`` as the newest edit of ``key``, sent once the cooldown is over."""
@@ -266,69 +211,14 @@ class TelegramSurface:
             log.info("telegram: %d held edits not sent at shutdown", len(self._held_edits))
             self._held_edits.clear()
 
-    def _map(self, exc: TelegramError) -> DeliveryError:
-        if isinstance(exc, RetryAfter):
-            seconds = retry_seconds(exc)
-            self.cooldown_until = max(self.cooldown_until, time.monotonic() + seconds)
-            return DeliveryError(
-                f"Telegram flood control: retry in {seconds:g}s", retry_after=seconds
-            )
-        if isinstance(exc, Forbidden) or (
-            isinstance(exc, BadRequest) and GONE_CHAT in exc.message.lower()
-        ):  # 403: the bot was blocked, removed from the group; 400: the chat was deleted
-            return ChatGone(f"Telegram refused: {exc}")
-        if isinstance(exc, InvalidToken | ChatMigrated | BadRequest):
-            return DeliveryError(f"Telegram refused: {exc}", permanent=True)
-        if isinstance(exc, NetworkError):
-            return DeliveryError(f"Telegram unreachable: {exc}")
-        return DeliveryError(f"Telegram error: {exc}")
-
-    # -- a group upgraded to a supergroup ---------------------------------------------------
-
-    def current_chat(self, chat: int) -> int:
-        """The chat's id now: a group's supergroup id once Telegram has told of the upgrade."""
-        return self._migrated.get(chat, chat)
-
-    def _remember_migration(self, old: int, new: int) -> int:
-        if self._migrated.get(old) != new:
-            log.info("telegram: group %d is now supergroup %d; its replies go there", old, new)
-        self._migrated.pop(old, None)  # the newest move is the last one evicted
-        self._migrated[old] = new
-        while len(self._migrated) > MAX_MIGRATED:
-            self._migrated.pop(next(iter(self._migrated)))
-        return new
-
-    async def _in_chat(self, chat: int, call: Callable[[int], Awaitable[T]]) -> T:
-        """``call`` in the chat's current id; once more in the supergroup if Telegram says the
-        group was upgraded (a second ChatMigrated is raised to the caller, mapped as refused)."""
-        chat = self.current_chat(chat)
-        try:
-            return await call(chat)
-        except ChatMigrated as exc:
-            return await call(self._remember_migration(chat, int(exc.new_chat_id)))
-
-    # -- where ---------------------------------------------------------------------------------
-
-    @staticmethod
-    def _where(target: ReplyTarget) -> tuple[int, int | None]:
-        ctx = target.context
-        chat = ctx.get("chat_id")
-        if chat is None:  # telegram:<chat>[:<topic>]
-            pieces = target.thread_key.split(":")
-            chat = pieces[1]
-            thread = int(pieces[2]) if len(pieces) > 2 else None
-            return int(chat), thread
-        thread = ctx.get("thread_id")
-        return int(chat), int(thread) if thread is not None else None
-
     # -- the surface ---------------------------------------------------------------------------
 
     async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
         message = whole(message)
-        chat, thread = self._where(target)
+        chat, thread = where(target)
         chat = self.current_chat(chat)
-        self._check_cooldown()
-        parts = convert.render(message.text)
+        self.calls.check_cooldown()
+        parts = render(message.text)
         markup = keyboard(message.choices)
         reply_to = target.context.get("message_id")
         quote = (
@@ -344,11 +234,11 @@ class TelegramSurface:
                 continue
             plain = (
                 message.text
-                if len(parts) == 1 and convert.utf16_len(message.text) <= convert.MAX_MESSAGE
+                if len(parts) == 1 and utf16_len(message.text) <= MAX_MESSAGE
                 else part.text
             )
-            async with self._paced(chat):
-                self._check_cooldown()
+            async with self.calls.paced(chat):
+                self.calls.check_cooldown()
                 last_id = await self._send_text(
                     chat,
                     thread,
@@ -367,7 +257,7 @@ class TelegramSurface:
         self,
         chat: int,
         thread: int | None,
-        part: convert.Part,
+        part: Part,
         plain: str,
         *,
         markup: InlineKeyboardMarkup | None,
@@ -383,7 +273,7 @@ class TelegramSurface:
                 message_id=reply_to, allow_sending_without_reply=True
             )
         try:
-            sent = await self._in_chat(
+            sent = await self.calls.in_chat(
                 chat,
                 lambda c: self.bot.send_message(
                     chat_id=c, text=part.text, entities=list(part.entities) or None, **kwargs
@@ -391,16 +281,16 @@ class TelegramSurface:
             )
         except BadRequest as exc:
             if not (part.entities and _entity_error(exc)):
-                raise self._map(exc) from exc
+                raise self.calls.map(exc) from exc
             log.warning("Telegram refused the formatting (%s); resending as plain text", exc)
             try:
-                sent = await self._in_chat(
+                sent = await self.calls.in_chat(
                     chat, lambda c: self.bot.send_message(chat_id=c, text=plain, **kwargs)
                 )
             except TelegramError as exc2:
-                raise self._map(exc2) from exc2
+                raise self.calls.map(exc2) from exc2
         except TelegramError as exc:
-            raise self._map(exc) from exc
+            raise self.calls.map(exc) from exc
         return sent.message_id
 
     async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
@@ -419,9 +309,9 @@ class TelegramSurface:
 
     async def _edit(self, key: tuple[int, int], message: Outgoing, *, held: bool = False) -> None:
         chat, message_id = key
-        part = convert.first_part(message.text)
+        part = first_part(message.text)
         markup = keyboard(message.choices)
-        async with self._paced(chat):
+        async with self.calls.paced(chat):
             if held and self._held_edits.get(key) is not message:
                 return  # a newer edit replaced it (held) or already went out
             if self.cooling_down() > 0:
@@ -436,10 +326,10 @@ class TelegramSurface:
                 raise
 
     async def _edit_call(
-        self, chat: int, message_id: int, part: convert.Part, markup: InlineKeyboardMarkup | None
+        self, chat: int, message_id: int, part: Part, markup: InlineKeyboardMarkup | None
     ) -> None:
         try:
-            await self._in_chat(
+            await self.calls.in_chat(
                 chat,
                 lambda c: self.bot.edit_message_text(
                     text=part.text,
@@ -454,18 +344,18 @@ class TelegramSurface:
             if "not modified" in str(exc).lower():
                 return
             if not (part.entities and _entity_error(exc)):
-                raise self._map(exc) from exc
+                raise self.calls.map(exc) from exc
             try:
-                await self._in_chat(
+                await self.calls.in_chat(
                     chat,
                     lambda c: self.bot.edit_message_text(
                         text=part.text, chat_id=c, message_id=message_id, reply_markup=markup
                     ),
                 )
             except TelegramError as exc2:
-                raise self._map(exc2) from exc2
+                raise self.calls.map(exc2) from exc2
         except TelegramError as exc:
-            raise self._map(exc) from exc
+            raise self.calls.map(exc) from exc
 
     async def settle_message(self, chat: int, message_id: int, message: Outgoing) -> None:
         """Edit a message a button press found stale (its run is over), unless an edit of it
@@ -477,7 +367,7 @@ class TelegramSurface:
 
     async def remove_keyboard(self, chat: int, message_id: int) -> None:
         try:
-            await self._in_chat(
+            await self.calls.in_chat(
                 chat,
                 lambda c: self.bot.edit_message_reply_markup(
                     chat_id=c, message_id=message_id, reply_markup=None
@@ -485,7 +375,7 @@ class TelegramSurface:
             )
         except TelegramError as exc:
             if not isinstance(exc, BadRequest):
-                raise self._map(exc) from exc
+                raise self.calls.map(exc) from exc
 
     async def upload(
         self,
@@ -497,97 +387,35 @@ class TelegramSurface:
         reply_key: str,
     ) -> str:
         """Send a file; one Telegram will not take is named in a note sent in its place."""
-        chat, thread = self._where(target)
+        chat, thread = where(target)
         chat = self.current_chat(chat)
-        self._check_cooldown()
+        self.calls.check_cooldown()
         try:
-            async with self._paced(chat):
-                self._check_cooldown()
-                message_id = await self._upload_file(chat, thread, name, data, media_type)
+            async with self.calls.paced(chat):
+                self.calls.check_cooldown()
+                message_id = await self.files.send(chat, thread, name, data, media_type)
         except TelegramError as exc:
-            why = _file_refused(exc)
+            why = file_refused(exc)
             if why is None:
-                raise self._map(exc) from exc
+                raise self.calls.map(exc) from exc
             log.warning("telegram: %s (%d bytes) refused: %s; a note says so", name, len(data), exc)
-            text = f"The agent made {_code(name)} ({len(data):,} bytes); it was not sent: {why}."
-            note = Outgoing(ReplyKind.NOTICE, text)
+            note = Outgoing(ReplyKind.NOTICE, refused_note(name, len(data), why))
             return await self.send(target, note, reply_key=reply_key)
         return f"{self.current_chat(chat)}:{message_id}"
-
-    async def _upload_file(
-        self, chat: int, thread: int | None, name: str, data: bytes, media_type: str | None
-    ) -> int:
-        """An image as a photo (a document if Telegram won't show it as one), else a document."""
-        if media_type in PHOTO_TYPES and len(data) <= MAX_PHOTO_BYTES:
-            try:
-                sent = await self._in_chat(
-                    chat,
-                    lambda c: self.bot.send_photo(
-                        chat_id=c, photo=InputFile(data, filename=name), message_thread_id=thread
-                    ),
-                )
-                return sent.message_id
-            except BadRequest as exc:  # e.g. dimensions Telegram won't show
-                log.info("%s not accepted as a photo (%s); sending a document", name, exc)
-        sent = await self._in_chat(
-            chat,
-            lambda c: self.bot.send_document(
-                chat_id=c, document=InputFile(data, filename=name), message_thread_id=thread
-            ),
-        )
-        return sent.message_id
 
     async def typing(self, target: ReplyTarget) -> None:
         if self.cooling_down() > 0:
             return
-        chat, thread = self._where(target)
+        chat, thread = where(target)
         try:
-            await self._in_chat(
+            await self.calls.in_chat(
                 chat,
                 lambda c: self.bot.send_chat_action(
                     chat_id=c, action=ChatAction.TYPING, message_thread_id=thread
                 ),
             )
         except TelegramError as exc:
-            raise self._map(exc) from exc
-
-    def _check_file_path(self, attachment: Attachment, file_path: str | None) -> None:
-        """Refuse a ``getFile`` path that is not a file of the Bot API's file server.
-
-        python-telegram-bot reads a ``file_path`` naming a file that exists on this machine
-        (``/etc/shadow``, ``../state/bridge.db``) from the disk instead of downloading it: a
-        Bot API server that is hostile, or a self-hosted one in ``--local`` mode, would have
-        the gateway (root) copy its own files into a conversation's home.
-        """
-        base = self.bot.base_file_url.rstrip("/") + "/"
-        path = file_path or ""
-        if not path.startswith(base) or ".." in path[len(base) :].split("/"):
-            raise DeliveryError(
-                f"could not fetch {attachment.name}: Telegram named it {path[:80]!r}, which is "
-                f"not a file of {without_token(base)} (a self-hosted Bot API server in --local "
-                "mode is not supported)",
-                permanent=True,
-            )
+            raise self.calls.map(exc) from exc
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
-        limit = min(max_bytes, MAX_DOWNLOAD_BYTES)
-        if attachment.size is not None and attachment.size > limit:
-            raise FileTooLarge(attachment.name, limit, attachment.size)
-        if not attachment.platform_id:
-            raise DeliveryError(f"the file {attachment.name} has no Telegram id", permanent=True)
-        try:
-            file = await self.bot.get_file(attachment.platform_id)
-            if file.file_size is not None and file.file_size > limit:
-                raise FileTooLarge(attachment.name, limit, file.file_size)
-            self._check_file_path(attachment, file.file_path)
-            data = await file.download_as_bytearray()
-        except TelegramError as exc:
-            mapped = self._map(exc)  # say which file: the person sees this
-            raise DeliveryError(
-                f"could not fetch {attachment.name} from Telegram: {mapped}",
-                permanent=mapped.permanent,
-                retry_after=mapped.retry_after,
-            ) from exc
-        if len(data) > limit:
-            raise FileTooLarge(attachment.name, limit)
-        return bytes(data)
+        return await self.files.download(attachment, max_bytes)

@@ -6,7 +6,7 @@ words, emoji and other astral characters) and a limit:
 
 * every part of ``split_markdown(answer, limit, unit)`` is at most ``limit`` in the
   surface's unit (UTF-16 code units for Telegram, characters for Slack and the web chat);
-* each part rendered on its own (Telegram: ``convert.render``, one message, within the
+* each part rendered on its own (Telegram: ``render``, one message, within the
   limit too; Slack and the web chat: the Markdown as the parser reads it) shows, in order,
   exactly what the whole answer rendered at once shows: the same visible characters, each
   with the same formatting (entities or tags over it, a link's target, a code block's
@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters.slack.text import _markdown as slack_markdown
-from adapters.telegram import convert
+from adapters.telegram.render import Part, render
 from bridge.markdown import PARSE_OPTIONS, UTF16, split_markdown, utf16_len
 
 Styled = list[tuple[str, tuple[Any, ...]]]  # visible characters, each with its formatting
@@ -135,7 +135,7 @@ STUB = re.compile(r"(?:⦁|\d+\.)[ \t]*…")  # a stand-in ancestor item, as Tel
 SAME = {"expandable_blockquote": "blockquote"}  # how long a quote is is not its formatting
 
 
-def telegram_styled(part: convert.Part) -> Styled:
+def telegram_styled(part: Part) -> Styled:
     """The visible characters of a Telegram message, each with the entities over it."""
     text = part.text
     dropped = {i for m in STUB.finditer(text) for i in range(m.start(), m.end())}
@@ -238,10 +238,10 @@ def test_telegram_parts_render_as_their_share_of_the_whole(case: tuple[str, int]
     answer, limit = case
     parts = split_markdown(answer, limit, UTF16)
     assert all(utf16_len(p) <= limit for p in parts), [utf16_len(p) for p in parts]
-    rendered = [convert.render(p) for p in parts]
+    rendered = [render(p) for p in parts]
     assert all(len(r) == 1 for r in rendered), "a part needed a second split"
     assert all(utf16_len(r[0].text) <= limit for r in rendered)
-    (whole,) = convert.render(answer, 10**9)
+    (whole,) = render(answer, 10**9)
     assert joined([telegram_styled(r[0]) for r in rendered]) == telegram_styled(whole)
 
 
@@ -249,8 +249,8 @@ def test_telegram_parts_render_as_their_share_of_the_whole(case: tuple[str, int]
 @given(answers())
 def test_telegram_render_splits_on_the_tree_too(case: tuple[str, int]) -> None:
     answer, limit = case
-    (whole,) = convert.render(answer, 10**9)
-    messages = convert.render(answer, max(limit, 256))
+    (whole,) = render(answer, 10**9)
+    messages = render(answer, max(limit, 256))
     assert all(utf16_len(m.text) <= max(limit, 256) for m in messages)
     assert joined([telegram_styled(m) for m in messages]) == telegram_styled(whole)
 

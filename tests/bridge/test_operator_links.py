@@ -225,7 +225,7 @@ def test_the_adapter_keeps_a_public_chat_username() -> None:
     """What the adapter gives the core for a message in a public group."""
     from telegram import Message
 
-    from adapters.telegram import convert
+    from adapters.telegram.inbound import Rules, to_inbound
 
     raw = {
         "message_id": 3,
@@ -235,7 +235,7 @@ def test_the_adapter_keeps_a_public_chat_username() -> None:
         "text": "@jazz_example_bot hello",
         "entities": [{"type": "mention", "offset": 0, "length": 17}],
     }
-    rules = convert.Rules(
+    rules = Rules(
         bot_id=999,
         bot_username="jazz_example_bot",
         allowed_chats=frozenset(),
@@ -246,6 +246,6 @@ def test_the_adapter_keeps_a_public_chat_username() -> None:
     )
     message = Message.de_json(raw, None)
     assert message is not None
-    inbound = convert.to_inbound(10, message, rules)
+    inbound = to_inbound(10, message, rules)
     assert isinstance(inbound, Inbound), inbound
     assert inbound.target.get("chat_username") == "jazzfans", inbound.target

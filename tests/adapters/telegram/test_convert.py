@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.telegram.convert import render
+from adapters.telegram.render import render
 
 GH = "https://github.com/o/r/blob/main/pkg/__init__.py"
 

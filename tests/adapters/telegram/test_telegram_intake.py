@@ -36,7 +36,7 @@ from tg_support import (
     wait_until,
 )
 
-from adapters.telegram import convert
+from adapters.telegram.inbound import Rules, to_inbound
 from bridge.model import Inbound, InboxState
 
 # PTB 22 itself warns when it builds a RetryAfter (its type becomes timedelta in v23)
@@ -351,22 +351,22 @@ def _message(**data: object) -> Message:
 
 
 def test_a_command_replying_to_a_message_stays_a_command_and_bot_answers_are_not_requoted() -> None:
-    rules = convert.Rules(BOT, BOT_NAME, frozenset(), frozenset(), True, frozenset(), "mention")
+    rules = Rules(BOT, BOT_NAME, frozenset(), frozenset(), True, frozenset(), "mention")
     grace = {"id": GRACE, "is_bot": False, "first_name": "Grace"}
     ada_said = colleague_message(text=LOG_LINE)
     command = _message(**{"from": grace, "text": f"/status@{BOT_NAME}"}, reply_to_message=ada_said)
-    result = convert.to_inbound(1, command, rules)
+    result = to_inbound(1, command, rules)
     assert isinstance(result, Inbound) and result.text == "/status"
     bot = {"id": BOT, "is_bot": True, "first_name": "Jazz", "username": BOT_NAME}
     answer = {**ada_said, "from": bot, "text": "step one\nstep two\nstep three"}
     follow = _message(**{"from": grace, "text": "and then?"}, reply_to_message=answer)
-    result = convert.to_inbound(2, follow, rules)
+    result = to_inbound(2, follow, rules)
     assert isinstance(result, Inbound) and result.text == "and then?"  # in its history already
     quoting = _message(
         **{"from": grace, "text": "why this one?"},
         reply_to_message=answer,
         quote={"text": "step two", "position": 9},
     )
-    result = convert.to_inbound(3, quoting, rules)
+    result = to_inbound(3, quoting, rules)
     assert isinstance(result, Inbound)
     assert result.text == "In reply to Jazz:\n> step two\n\nwhy this one?"

@@ -18,7 +18,10 @@ from fake_bot_api import Failure, FakeBotApi
 from tg_support import wait_until
 from trace_support import lines_run
 
-from adapters.telegram import convert
+import adapters.telegram.render as render_module
+from adapters.telegram import link_targets, mend
+from adapters.telegram.inbound import Ignored, Rules, normalize_ids, to_inbound, without_mentions
+from adapters.telegram.render import MAX_MESSAGE, Part, render, split_plain, utf16_len
 from adapters.telegram.surface import TelegramSurface, keyboard
 from bridge.model import Attachment, Choice, Inbound, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import DeliveryError
@@ -27,13 +30,15 @@ from bridge.ports import DeliveryError
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
 TOKEN = "999999999:AAunit-token"
 BOT_ID = 999999999
-RULES = convert.Rules(
+# the modules a rendering runs in, whose lines the work is counted in
+RENDERING = (render_module, mend, link_targets)
+RULES = Rules(
     bot_id=BOT_ID,
     bot_username="jazz_example_bot",
-    allowed_chats=convert.normalize_ids([-100555]),
-    allowed_users=convert.normalize_ids([111, "@Grace"]),
+    allowed_chats=normalize_ids([-100555]),
+    allowed_users=normalize_ids([111, "@Grace"]),
     allow_everyone=False,
-    operators=convert.normalize_ids([111]),
+    operators=normalize_ids([111]),
     group_trigger="mention",
 )
 
@@ -54,29 +59,29 @@ GROUP = {"id": -100777, "type": "supergroup", "title": "G"}
 
 
 def test_markdown_becomes_entities_and_long_text_is_split_under_the_limit() -> None:
-    (part,) = convert.render("**bold** and `code`")
+    (part,) = render("**bold** and `code`")
     assert part.text == "bold and code"
     assert [e.type for e in part.entities] == ["bold", "code"]
     long = "\n\n".join(f"**para {i}** " + "😀" * 300 for i in range(40))
-    parts = convert.render(long)
+    parts = render(long)
     assert len(parts) > 1
     for p in parts:
-        assert convert.utf16_len(p.text) <= convert.MAX_MESSAGE
+        assert utf16_len(p.text) <= MAX_MESSAGE
         for e in p.entities:
-            assert e.offset + e.length <= convert.utf16_len(p.text)
+            assert e.offset + e.length <= utf16_len(p.text)
 
 
 def test_commands_for_this_bot_are_stripped_of_the_name_others_ignored() -> None:
     msg = message("/status@jazz_example_bot", GROUP, GRACE)
-    result = convert.to_inbound(1, msg, RULES)
+    result = to_inbound(1, msg, RULES)
     assert isinstance(result, Inbound) and result.text == "/status"
-    other = convert.to_inbound(2, message("/status@other_bot", GROUP, GRACE), RULES)
-    assert isinstance(other, convert.Ignored)
+    other = to_inbound(2, message("/status@other_bot", GROUP, GRACE), RULES)
+    assert isinstance(other, Ignored)
 
 
 def test_groups_need_a_mention_or_a_reply_to_the_bot() -> None:
-    plain = convert.to_inbound(1, message("hello all", GROUP, GRACE), RULES)
-    assert isinstance(plain, convert.Ignored) and plain.outcome == "ignored"
+    plain = to_inbound(1, message("hello all", GROUP, GRACE), RULES)
+    assert isinstance(plain, Ignored) and plain.outcome == "ignored"
     bot_msg = {
         "message_id": 4,
         "date": 1,
@@ -84,22 +89,20 @@ def test_groups_need_a_mention_or_a_reply_to_the_bot() -> None:
         "text": "hi",
         "from": {"id": BOT_ID, "is_bot": True, "first_name": "Jazz"},
     }
-    reply = convert.to_inbound(
-        2, message("and this?", GROUP, GRACE, reply_to_message=bot_msg), RULES
-    )
+    reply = to_inbound(2, message("and this?", GROUP, GRACE, reply_to_message=bot_msg), RULES)
     assert isinstance(reply, Inbound) and reply.shared_chat
     assert reply.thread_key == "telegram:-100777" and reply.target["shared"] is True
 
 
 def test_allowlist_by_user_id_username_or_chat() -> None:
-    assert isinstance(convert.to_inbound(1, message("hi", PRIVATE, ADA), RULES), Inbound)
-    eve = convert.to_inbound(2, message("hi", {"id": 333, "type": "private"}, EVE), RULES)
-    assert isinstance(eve, convert.Ignored) and eve.outcome == "denied"
-    grace = convert.to_inbound(3, message("hi", {"id": 222, "type": "private"}, GRACE), RULES)
+    assert isinstance(to_inbound(1, message("hi", PRIVATE, ADA), RULES), Inbound)
+    eve = to_inbound(2, message("hi", {"id": 333, "type": "private"}, EVE), RULES)
+    assert isinstance(eve, Ignored) and eve.outcome == "denied"
+    grace = to_inbound(3, message("hi", {"id": 222, "type": "private"}, GRACE), RULES)
     assert isinstance(grace, Inbound) and not grace.is_operator
     chat = {"id": -100555, "type": "supergroup", "title": "allowed"}
     mention = [{"offset": 0, "length": 17, "type": "mention"}]
-    ok = convert.to_inbound(4, message("@jazz_example_bot go", chat, EVE, entities=mention), RULES)
+    ok = to_inbound(4, message("@jazz_example_bot go", chat, EVE, entities=mention), RULES)
     assert isinstance(ok, Inbound) and ok.text == "go"
 
 
@@ -117,7 +120,7 @@ def test_allowlist_by_user_id_username_or_chat() -> None:
     ],
 )
 def test_only_the_gap_a_removed_mention_leaves_is_tidied(text: str, expected: str) -> None:
-    assert convert.without_mentions(text, RULES.bot_username) == expected
+    assert without_mentions(text, RULES.bot_username) == expected
 
 
 def test_the_largest_photo_and_other_media_become_attachments() -> None:
@@ -127,7 +130,7 @@ def test_the_largest_photo_and_other_media_become_attachments() -> None:
     ]
     voice = {"file_id": "v1", "file_unique_id": "v", "duration": 2, "mime_type": "audio/ogg"}
     msg = message("", PRIVATE, ADA, photo=photos, voice=voice, caption="look")
-    result = convert.to_inbound(1, msg, RULES)
+    result = to_inbound(1, msg, RULES)
     assert isinstance(result, Inbound)
     assert [a.platform_id for a in result.attachments] == ["big", "v1"]
     assert result.attachments[0].media_type == "image/jpeg"
@@ -284,26 +287,26 @@ def test_text_that_looks_like_html_is_shown_as_written() -> None:
         "a < b, `<code>` and é <b>bold?</b>": "a < b, <code> and é <b>bold?</b>",
     }
     for markdown, shown in cases.items():
-        (part,) = convert.render(markdown)
+        (part,) = render(markdown)
         assert part.text == shown, (markdown, part.text)
-    (code,) = convert.render("a < b, `<code>` and é <b>bold?</b>")
+    (code,) = render("a < b, `<code>` and é <b>bold?</b>")
     assert [(e.type, e.offset, e.length) for e in code.entities] == [("code", 7, 6)]
-    (spoiler,) = convert.render("||hidden|| and <tg-spoiler>too</tg-spoiler>")
+    (spoiler,) = render("||hidden|| and <tg-spoiler>too</tg-spoiler>")
     assert spoiler.text == "hidden and too"
     assert [e.type for e in spoiler.entities] == ["spoiler", "spoiler"]
 
 
-def _shown(part: convert.Part, entity: MessageEntity) -> str:
+def _shown(part: Part, entity: MessageEntity) -> str:
     """The text an entity covers (offsets are UTF-16 code units)."""
     units = part.text.encode("utf-16-le")
     return units[2 * entity.offset : 2 * (entity.offset + entity.length)].decode("utf-16-le")
 
 
-def _kinds(part: convert.Part) -> list[tuple[str, str]]:
+def _kinds(part: Part) -> list[tuple[str, str]]:
     return [(e.type, _shown(part, e)) for e in part.entities]
 
 
-def _nesting_errors(part: convert.Part) -> list[str]:
+def _nesting_errors(part: Part) -> list[str]:
     """What the Bot API's formatting options forbid: partial overlaps, anything inside pre
     or code, a blockquote in a blockquote, a link (or other continuous entity) containing
     anything but bold/italic/underline/strikethrough/spoiler."""
@@ -333,21 +336,21 @@ def test_links_telegram_would_refuse_show_their_path_and_keep_the_formatting() -
     """Telegram refuses a text_link to src/main.py, /etc/x or #usage ("URL host is empty")
     and the surface then resends the whole answer unformatted: such a link shows its path
     as code instead, the rest keeps its entities."""
-    (part,) = convert.render(
+    (part,) = render(
         "**Edit** [main.py](src/main.py), [the config](/etc/app.conf) and [anchor](#usage)"
     )
     assert part.text == "Edit src/main.py, the config (/etc/app.conf) and anchor"
     assert _kinds(part) == [("bold", "Edit"), ("code", "src/main.py"), ("code", "/etc/app.conf")]
-    (note,) = convert.render("text[^1]\n\n[^1]: note")  # no footnotes: a link to "note"
+    (note,) = render("text[^1]\n\n[^1]: note")  # no footnotes: a link to "note"
     assert note.text == "text^1 (note)"
     assert all(e.type != "text_link" for e in note.entities)
-    (empty,) = convert.render("[](https://x.com/a_b) and <ada@example.com>")
+    (empty,) = render("[](https://x.com/a_b) and <ada@example.com>")
     assert empty.text == "https://x.com/a_b and ada@example.com"
     assert [(e.type, _shown(empty, e), e.url) for e in empty.entities] == [
         ("text_link", "https://x.com/a_b", "https://x.com/a_b"),
         ("text_link", "ada@example.com", "mailto:ada@example.com"),
     ]
-    (web,) = convert.render("[docs](https://example.com/docs) and [x](http://)")
+    (web,) = render("[docs](https://example.com/docs) and [x](http://)")
     assert [(e.type, e.url) for e in web.entities] == [
         ("text_link", "https://example.com/docs"),
         ("code", None),
@@ -358,7 +361,7 @@ def test_links_in_a_table_keep_their_url_in_notes_after_it() -> None:
     """A table is sent as a code block, where a link cannot be: the link gets a number and
     its URL is listed under it after the table (in the cell, it made the table twice as
     wide, and a phone wraps every row)."""
-    (part,) = convert.render(
+    (part,) = render(
         "| Name | Link |\n|---|---|\n| docs | [guide](https://example.com/a_b) |\n"
         "| code | [main](src/main.py) |\n| more | [guide too](https://example.com/a_b) |\n\n"
         "After."
@@ -375,7 +378,7 @@ def test_links_in_a_table_keep_their_url_in_notes_after_it() -> None:
 
 
 def test_notes_of_a_table_in_a_quote_stay_in_the_quote() -> None:
-    (part,) = convert.render("> | a | b |\n> |---|---|\n> | x | [l](https://x.y/1) |\n>\n> end")
+    (part,) = render("> | a | b |\n> |---|---|\n> | x | [l](https://x.y/1) |\n>\n> end")
     assert "x | l[1]" in part.text and "[1] https://x.y/1" in part.text
     (quote,) = [e for e in part.entities if e.type == "blockquote"]
     assert part.text[quote.offset :][: quote.length].endswith("[1] https://x.y/1\n\nend")
@@ -386,18 +389,18 @@ def test_text_after_a_table_or_code_in_a_list_item_starts_on_its_own_line() -> N
     last row (``x | ypara after``), and after a code block onto its last line."""
     table = "| a | b |\n|---|---|\n| x | [l](https://x.y/1) |"
     item = "- item\n\n" + "\n".join(f"  {row}" for row in table.split("\n"))
-    (part,) = convert.render(item + "\n\n  para after\n- next")
+    (part,) = render(item + "\n\n  para after\n- next")
     assert (
         part.text == "⦁ item\na | b   \n--+-----\nx | l[1]\n[1] https://x.y/1\npara after\n⦁ next\n"
     )
     (pre,) = part.entities
     assert part.text[pre.offset : pre.offset + pre.length].endswith("x | l[1]")  # the table
-    (quoted,) = convert.render("> 1. item\n>\n>    ```sh\n>    ls\n>    ```\n>\n>    then **this**")
+    (quoted,) = render("> 1. item\n>\n>    ```sh\n>    ls\n>    ```\n>\n>    then **this**")
     assert quoted.text == "1. item\nls\nthen this\n"
     assert {e.type for e in quoted.entities} == {"blockquote", "pre", "bold"}
-    (heading,) = convert.render("- a\n\n  ## h\n\n  b\n\n  ---\n  ===")
+    (heading,) = render("- a\n\n  ## h\n\n  b\n\n  ---\n  ===")
     assert heading.text.endswith("h\nb\n\n————————\n===\n"), heading.text
-    (top,) = convert.render(table + "\n\npara after")  # outside a list: as before
+    (top,) = render(table + "\n\npara after")  # outside a list: as before
     assert top.text.endswith("x | l[1]\n\n[1] https://x.y/1\n\npara after"), top.text
 
 
@@ -406,16 +409,16 @@ def test_item_text_before_a_code_block_in_an_opening_tight_list_has_its_own_line
     the code block under it (``⦁ itemcode``); a paragraph before the list hid it."""
     for prefix, quote in (("", ""), ("", "> "), ("intro\n\n", "")):
         lines = ["- item", "  ```sh", "  code", "  ```", "- next"]
-        (part,) = convert.render(prefix + "\n".join(quote + line for line in lines))
+        (part,) = render(prefix + "\n".join(quote + line for line in lines))
         assert part.text == prefix + "⦁ item\ncode\n⦁ next\n", part.text
         (pre,) = [e for e in part.entities if e.type == "pre"]
         assert part.text[pre.offset : pre.offset + pre.length] == "code"
-    (table,) = convert.render("1. item\n   | a | b |\n   |---|---|\n   | x | y |")
+    (table,) = render("1. item\n   | a | b |\n   |---|---|\n   | x | y |")
     assert table.text.startswith("1. item\na | b"), table.text
 
 
 def test_an_open_task_shows_an_empty_box() -> None:
-    (part,) = convert.render("- [ ] not done\n- [x] done")
+    (part,) = render("- [ ] not done\n- [x] done")
     assert part.text.splitlines() == ["\N{WHITE LARGE SQUARE} not done", "✅ done"]
     # set on the adapter's own config: the converter's global one is left alone
     text, _ = telegramify_markdown.convert("- [ ] open")
@@ -425,11 +428,11 @@ def test_an_open_task_shows_an_empty_box() -> None:
 def test_entities_nest_only_as_telegram_allows() -> None:
     """Nested quotes become one quote; code inside a link loses its code entity; what the
     rules allow (bold around code, a code block in a quote) stays."""
-    (quotes,) = convert.render("> outer\n>> inner **b**\n> back")
+    (quotes,) = render("> outer\n>> inner **b**\n> back")
     assert _kinds(quotes) == [("blockquote", "outer\ninner b\nback"), ("bold", "b")]
-    (link,) = convert.render("[`code` **b**](https://x.com)")
+    (link,) = render("[`code` **b**](https://x.com)")
     assert _kinds(link) == [("text_link", "code b"), ("bold", "b")]
-    (mixed,) = convert.render("**bold `code`** and **`all`**\n\n> q\n> ```py\n> x = 1\n> ```")
+    (mixed,) = render("**bold `code`** and **`all`**\n\n> q\n> ```py\n> x = 1\n> ```")
     assert _kinds(mixed) == [
         ("bold", "bold code"),
         ("code", "code"),
@@ -442,15 +445,15 @@ def test_entities_nest_only_as_telegram_allows() -> None:
         "- [**x** `y`](src/y.py)\n  > ```\n  > z\n  > ```",
         "# Title `code` [link](https://a.b)\n\n| a |\n|---|\n| **b** |",
     ):
-        for part in convert.render(markdown):
+        for part in render(markdown):
             assert _nesting_errors(part) == [], (markdown, _kinds(part))
 
 
 def test_lone_carriage_returns_are_line_breaks() -> None:
-    (part,) = convert.render("a\r```\rx\r```\rtail")
+    (part,) = render("a\r```\rx\r```\rtail")
     assert part.text == "a\nx\ntail"
     assert _kinds(part) == [("pre", "x")]
-    (crlf,) = convert.render("line\r\n\r\n**bold**\r\n")
+    (crlf,) = render("line\r\n\r\n**bold**\r\n")
     assert crlf.text == "line\n\nbold"
 
 
@@ -458,13 +461,13 @@ def test_text_of_astral_characters_is_cut_between_words() -> None:
     """The core splits by characters; a part of astral characters (two UTF-16 units each)
     is cut again to Telegram's 4096 units, at a space, not inside a word."""
     word = "\N{MATHEMATICAL BOLD SMALL W}\N{MATHEMATICAL BOLD SMALL O}" * 3
-    parts = convert.render(" ".join([word] * 580))
+    parts = render(" ".join([word] * 580))
     assert len(parts) == 2
     for p in parts:
-        assert convert.utf16_len(p.text) <= convert.MAX_MESSAGE
+        assert utf16_len(p.text) <= MAX_MESSAGE
         assert all(w == word for w in p.text.split()), p.text[-20:]
     assert [w for p in parts for w in p.text.split()] == [word] * 580
-    assert convert.split_plain("ab " * 10, 8) == ["ab ab ", "ab ab ", "ab ab ", "ab ab ", "ab ab "]
+    assert split_plain("ab " * 10, 8) == ["ab ab ", "ab ab ", "ab ab ", "ab ab ", "ab ab "]
 
 
 LONG_ANSWERS: dict[str, Callable[[int], str]] = {
@@ -483,6 +486,7 @@ def test_rendering_does_work_in_proportion_to_the_answer(shape: str) -> None:
     entity of the answer (a 1 MB answer of code spans took 9 s, holding the event loop)."""
     make = LONG_ANSWERS[shape]
     small, large = (
-        lines_run(functools.partial(convert.render, make(n), 300), convert) for n in (1500, 3000)
+        sum(lines_run(functools.partial(render, make(n), 300), m) for m in RENDERING)
+        for n in (1500, 3000)
     )
     assert large / small < 2.5, (small, large)
