@@ -28,6 +28,10 @@ def _inside(spans: Spans, starts: list[int], pos: int) -> bool:
     return k >= 0 and spans[k][0] < pos < spans[k][1]
 
 
+# a line's quote marks and list item marker, with the spaces after them
+_CONTAINER_MARKS = re.compile(r"(?:[ \t]*>)*[ \t]*(?:(?:[-+*]|\d{1,9}[.)])[ \t]+)?")
+
+
 def _cut(text: str, base: int, limit: int, spans: Spans, starts: list[int], at: Offsets) -> int:
     """Where to cut ``text[base:]`` so the part before is at most ``limit`` units: a line
     break in the second half, else the last space, all outside inline spans and not before
@@ -37,6 +41,10 @@ def _cut(text: str, base: int, limit: int, spans: Spans, starts: list[int], at: 
     top = min(fits, len(text) - 1)
     head = text[base : top + 1]
     first = base + len(head) - len(head.lstrip())  # no cut before the part has text
+    if base == 0 or text[base - 1] == "\n":
+        # nor inside a line's container marks (a quote's ">", an item's "-"): a part of
+        # those alone reads as nothing, or as a literal ">"
+        first = max(first, _CONTAINER_MARKS.match(text, base).end() - 1)
     best = -1
     any_space = -1
     for p in range(top, first, -1):

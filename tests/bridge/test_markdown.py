@@ -383,3 +383,13 @@ def test_indented_code_of_any_line_length_is_all_code(lines: list[str], limit: i
     parts = split_markdown(answer, limit)
     assert all(len(p) <= limit for p in parts)
     assert squeeze("".join(code_text(p) for p in parts)) == squeeze("".join(lines))
+
+
+@pytest.mark.parametrize("marks", ["> ", "> > ", "- ", "1. ", "> - "])
+def test_a_long_word_in_a_quote_or_item_is_not_cut_off_its_marks(marks: str) -> None:
+    """Its only space is the one after its marks: a part of the marks alone would show a
+    literal ">" (or an empty item). Every part has text after its marks."""
+    parts = split_markdown(marks + "a" * 100, 64, "utf16")
+    assert len(parts) > 1 and all(len(p) <= 64 for p in parts), parts
+    for part in parts:
+        assert part.lstrip(" >-1.").strip(), parts
