@@ -15,7 +15,8 @@ import aiohttp
 import full_disk_support as full_disk
 import pytest
 from accounts_support import remove_accounts
-from web_support import BROWSER, CHROMIUM, LAUNCH_ARGS, gateway_env, running_gateway
+from browser_support import BROWSER, CHROMIUM, LAUNCH_ARGS
+from web_support import gateway_env, running_gateway
 
 pytestmark = BROWSER
 

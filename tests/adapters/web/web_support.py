@@ -1,5 +1,6 @@
 """What the web chat's test modules share: the gateway harness (``tests/bridge``), raw HTTP
-requests (bytes a client library would never send), and Debian's Chromium for the page.
+requests (bytes a client library would never send); Debian's Chromium is
+``tests/browser_support.py``.
 
 Each module builds its ``env`` on ``gateway_env`` itself: the released-CLI session keeps a
 test module by what its own text builds on (``tests/conftest.py``).
@@ -8,11 +9,8 @@ test module by what its own text builds on (``tests/conftest.py``).
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
 from pathlib import Path
-
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
 from gateway_harness import Client, gateway_env, running_gateway, wait_until
@@ -20,20 +18,6 @@ from gateway_harness import Client, gateway_env, running_gateway, wait_until
 __all__ = ["Client", "gateway_env", "running_gateway", "wait_until"]
 
 JSON_TYPE = b"Content-Type: application/json"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-BROWSER = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
-]
 
 
 async def raw(client: Client, request: bytes) -> tuple[int, bytes]:

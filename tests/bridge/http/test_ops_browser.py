@@ -7,32 +7,19 @@ columns of ``homes list``; shows a conversation's runs and transcript, escaped.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 from accounts_support import remove_accounts
+from browser_support import CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
 from gateway_harness import gateway_env, install_fake_runner, running_gateway
 
 from bridge.operators import LIST_COLUMNS
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TOKEN = "ops-token-for-tests-0123456789"
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
-needs_chromium = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"
-)
 
 
 @pytest.fixture
@@ -73,7 +60,7 @@ async def test_ops_refuses_a_missing_or_wrong_token(env: dict[str, str]) -> None
 
 
 @pytest.mark.browser
-@needs_chromium
+@NEEDS_CHROMIUM
 async def test_ops_pages_in_a_browser(env: dict[str, str], tmp_path: Path) -> None:
     from playwright.async_api import async_playwright, expect
 
