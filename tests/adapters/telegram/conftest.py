@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 from accounts_support import remove_accounts
-from telegram import Bot
-from tg_support import TOKEN, FakeBotApi, telegram_env
+from tg_support import TOKEN, FakeBotApi, surface_on, telegram_env
 
 from adapters.telegram.surface import TelegramSurface
-from adapters.telegram.transport import AiohttpRequest
 
 
 @pytest.fixture
@@ -35,17 +33,5 @@ def env(
 @pytest.fixture
 async def surface(fake: FakeBotApi) -> AsyncIterator[tuple[TelegramSurface, FakeBotApi]]:
     """The surface on ``fake``, and ``fake`` (files served from its file server)."""
-    bot = Bot(
-        TOKEN,
-        base_url=fake.api_url,
-        base_file_url=f"http://127.0.0.1:{fake.port}/file/bot",
-        request=AiohttpRequest(pool_size=4),
-        get_updates_request=AiohttpRequest(pool_size=1),
-    )
-    await bot.initialize()
-    s = TelegramSurface(bot, min_interval_s=0.0)
-    try:
+    async with surface_on(fake) as s:
         yield s, fake
-    finally:
-        await s.close()
-        await bot.shutdown()

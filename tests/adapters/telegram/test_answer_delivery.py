@@ -41,6 +41,7 @@ from tg_support import (
     running_gateway,
     sample,
     sent_to,
+    surface_on,
     update,
     wait_sent,
     wait_until,
@@ -97,19 +98,10 @@ async def test_only_the_first_part_of_a_split_answer_replies_to_the_question(
 async def surface() -> AsyncIterator[tuple[TelegramSurface, FakeBotApi]]:
     fake = FakeBotApi(REFUSING_TOKEN)
     await fake.start()
-    bot = Bot(
-        REFUSING_TOKEN,
-        base_url=fake.api_url,
-        request=AiohttpRequest(pool_size=4),
-        get_updates_request=AiohttpRequest(pool_size=1),
-    )
-    await bot.initialize()
-    s = TelegramSurface(bot, min_interval_s=0.0)
     try:
-        yield s, fake
+        async with surface_on(fake) as s:
+            yield s, fake
     finally:
-        await s.close()
-        await bot.shutdown()
         await fake.stop()
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from telegram import Bot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -26,6 +29,8 @@ from gateway_harness import (
     wait_until,
 )
 
+from adapters.telegram.surface import TelegramSurface
+from adapters.telegram.transport import AiohttpRequest
 from bridge.model import InboxState
 
 __all__ = [
@@ -187,3 +192,23 @@ def buttons(call: Call) -> dict[str, str]:
 
 def utf16(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
+
+
+@asynccontextmanager
+async def surface_on(fake: FakeBotApi) -> AsyncIterator[TelegramSurface]:
+    """The Telegram surface on the real python-telegram-bot client, pointed at ``fake``
+    (its token, and its file server for downloads), closed at the end."""
+    bot = Bot(
+        fake.token,
+        base_url=fake.api_url,
+        base_file_url=f"http://127.0.0.1:{fake.port}/file/bot",
+        request=AiohttpRequest(pool_size=4),
+        get_updates_request=AiohttpRequest(pool_size=1),
+    )
+    await bot.initialize()
+    surface = TelegramSurface(bot, min_interval_s=0.0)
+    try:
+        yield surface
+    finally:
+        await surface.close()
+        await bot.shutdown()
