@@ -44,7 +44,9 @@ def _cut(text: str, base: int, limit: int, spans: Spans, starts: list[int], at: 
     if base == 0 or text[base - 1] == "\n":
         # nor inside a line's container marks (a quote's ">", an item's "-"): a part of
         # those alone reads as nothing, or as a literal ">"
-        first = max(first, _CONTAINER_MARKS.match(text, base).end() - 1)
+        marks = _CONTAINER_MARKS.match(text, base)  # it matches always (all optional)
+        if marks is not None:
+            first = max(first, marks.end() - 1)
     best = -1
     any_space = -1
     for p in range(top, first, -1):
