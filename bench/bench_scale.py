@@ -40,7 +40,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
-from bench_pipeline import cpu_model, table  # noqa: E402
+from bench_support import cpu_model, table  # noqa: E402
 
 from bridge.app import provision  # noqa: E402
 from bridge.config import load_settings  # noqa: E402
@@ -207,7 +207,7 @@ def main() -> int:
     ]
     print(table(rows))
     if args.profile is not None and args.profile.exists():
-        from bench_intake import top_frames
+        from intake_support import top_frames
 
         print(f"\nfirst start, top functions incl. idle ({args.profile}):", file=sys.stderr)
         print(top_frames(args.profile), file=sys.stderr)

@@ -47,8 +47,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests" / "adapters" / "telegram"))
 
 import aiohttp  # noqa: E402
-from bench_intake import py_spy, top_frames  # noqa: E402
-from bench_pipeline import (  # noqa: E402
+from bench_support import (  # noqa: E402
     Throwaway,
     cpu_model,
     free_uid_block,
@@ -58,6 +57,7 @@ from bench_pipeline import (  # noqa: E402
     table,
 )
 from fake_bot_api import FakeBotApi  # noqa: E402
+from intake_support import py_spy, top_frames  # noqa: E402
 
 from bridge.runner.command import shared_interpreter  # noqa: E402
 
