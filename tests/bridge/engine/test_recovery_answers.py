@@ -19,12 +19,39 @@ from gateway_harness import install_fake_runner, running_gateway, wait_until
 from gateway_harness import run_starts as starts
 
 from bridge.model import Inbound, InboxState
-from bridge.store import PromptRecord, SqliteStore
+from bridge.store import MessageRecord, PromptRecord, SqliteStore
 from provisioning import naming
 
 
 def database(env: dict[str, str]) -> Path:
     return Path(env["JAZZ_BRIDGE_ROOT"]) / "state" / "bridge.db"
+
+
+async def asked_a_question(
+    store: SqliteStore, message: Inbound, created_at: float
+) -> MessageRecord:
+    """``message`` accepted and running, its run waiting on a question (input kind: any text
+    its sender types is the answer) asked at ``created_at``, as the gateway writes them."""
+    ask, _ = await store.accept(
+        message, home=naming.home_name(message.thread_key), is_command=False
+    )
+    run = await store.begin_run(ask.id, message.sender_id)
+    assert run is not None
+    await store.add_prompts(
+        [
+            PromptRecord(
+                token="tok1",
+                run_id=run.id,
+                conversation_id=ask.conversation_id,
+                requester=message.sender_id,
+                kind="input",
+                request_id="q1",
+                payload={"question": "colour?"},
+                created_at=created_at,
+            )
+        ]
+    )
+    return ask
 
 
 def plain(key: str, event_id: str, text: str, at: float | None = None) -> Inbound:
@@ -56,7 +83,9 @@ async def test_an_answer_passed_on_before_a_crash_is_not_run_as_a_new_message(
     await store.open()
     try:
         now = time.time()
-        ask, _ = await store.accept(
+        # the run asked a question (input kind: any text ada types is the answer) ...
+        ask = await asked_a_question(
+            store,
             Inbound(
                 platform="web",
                 event_id="e-ask",
@@ -67,25 +96,7 @@ async def test_an_answer_passed_on_before_a_crash_is_not_run_as_a_new_message(
                 target={"thread": "pq"},
                 received_at=now - 5,
             ),
-            home=naming.home_name(key),
-            is_command=False,
-        )
-        run = await store.begin_run(ask.id, "ada")
-        assert run is not None
-        # the run asked a question (input kind: any text ada types is the answer) ...
-        await store.add_prompts(
-            [
-                PromptRecord(
-                    token="tok1",
-                    run_id=run.id,
-                    conversation_id=ask.conversation_id,
-                    requester="ada",
-                    kind="input",
-                    request_id="q1",
-                    payload={"question": "colour?"},
-                    created_at=now - 4,
-                )
-            ]
+            now - 4,
         )
         # ... ada typed "blue": accepted, then passed on (the prompt answered, noting the
         # answering message, as the gateway writes it) ...
@@ -291,7 +302,8 @@ async def test_new_with_a_question_left_by_a_crash_beside_a_question_runs_after_
     await store.open()
     try:
         now = time.time()
-        ask, _ = await store.accept(
+        await asked_a_question(
+            store,
             Inbound(
                 platform="plain",
                 event_id="e-ask",
@@ -300,24 +312,7 @@ async def test_new_with_a_question_left_by_a_crash_beside_a_question_runs_after_
                 text="which colour",
                 received_at=now - 5,
             ),
-            home=naming.home_name(key),
-            is_command=False,
-        )
-        run = await store.begin_run(ask.id, "u1")
-        assert run is not None
-        await store.add_prompts(
-            [
-                PromptRecord(
-                    token="tok1",
-                    run_id=run.id,
-                    conversation_id=ask.conversation_id,
-                    requester="u1",
-                    kind="input",
-                    request_id="q1",
-                    payload={"question": "colour?"},
-                    created_at=now - 4,
-                )
-            ]
+            now - 4,
         )
         # "/new tell me about owls", accepted as submit accepts it: the question, a fresh epoch
         fresh, _ = await store.accept(
