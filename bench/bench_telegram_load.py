@@ -171,7 +171,11 @@ async def one_mode(
         "JAZZ_BRIDGE_TELEGRAM__MIN_SEND_INTERVAL_S": "0",
         "JAZZ_BRIDGE_WEB__ENABLED": "false",
         "JAZZ_BRIDGE_LOG__FILE": str(tmp / f"gateway-{mode}.log"),
+        "JAZZ_BRIDGE_ISOLATION": args.isolation,
     }
+    for setting in args.set:
+        key, _, value = setting.partition("=")
+        env[f"JAZZ_BRIDGE_{key.upper().replace('.', '__')}"] = value
     stderr = open(tmp / f"gateway-{mode}.stderr", "wb")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
         [str(JAZZ_BRIDGE), "serve"], env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=stderr
@@ -294,6 +298,19 @@ def main() -> int:
     )
     ap.add_argument("--modes", nargs="+", default=["seq", "burst"], choices=["seq", "burst"])
     ap.add_argument("--profile", type=Path, help="py-spy the gateway's timed phase to FILE.<mode>")
+    ap.add_argument(
+        "--isolation",
+        choices=["auto", "off"],
+        default="auto",
+        help="the gateway's isolation setting (auto: one account per chat when root)",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more setting for the gateway, e.g. limits.run_cgroup=false (repeatable)",
+    )
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on SIGTERM too
     load_start = os.getloadavg()
@@ -306,7 +323,8 @@ def main() -> int:
     floors: dict[str, dict[str, float]] = {}
     account: Throwaway | None = None
     try:
-        if os.geteuid() == 0:
+        isolated = os.geteuid() == 0 and args.isolation == "auto"
+        if isolated:
             account = Throwaway(f"jbtgload{os.getpid() % 100_000}", free_uid_block()[1], tmp / "h")
             account.create()
         runner_argv = (
@@ -338,7 +356,7 @@ def main() -> int:
                 f"{mode}: runner spawned alone (the floor), runs/s",
                 f"{fl['rate']:.1f}",
                 f"{'one at a time' if mode == 'seq' else f'{RUN_LIMIT} at a time'}, as "
-                f"{'a throwaway account' if os.geteuid() == 0 else 'this account'}; "
+                f"{'a throwaway account' if account is not None else 'this account'}; "
                 f"CPU per run: spawner {fl['cpu_ms']:.1f} ms, runner {fl['kids_ms']:.1f} ms",
             )
         )
@@ -405,7 +423,8 @@ def main() -> int:
             f"{os.cpu_count()} CPUs",
             f"{cpu_model()}; Python {platform.python_version()}; load average "
             f"{load_start[0]:.2f} at start, {load_end[0]:.2f} at end; "
-            f"{'root: one account per chat' if os.geteuid() == 0 else 'not root'}",
+            f"{'root' if os.geteuid() == 0 else 'not root'}; "
+            f"{'one account per chat' if account is not None else 'isolation off'}",
         )
     )
     print(table(rows))

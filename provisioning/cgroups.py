@@ -123,6 +123,8 @@ class RunCgroup:
 
     version: int
     dirs: dict[str, Path]
+    # every directory of it removed: no process was left in it (set by :meth:`close`)
+    removed: bool = False
 
     @property
     def procs_files(self) -> list[Path]:
@@ -193,15 +195,19 @@ class RunCgroup:
         return hit, self.close()
 
     def close(self) -> int:
-        """Kill what is left and remove the cgroup; how many processes were left."""
+        """Kill what is left and remove the cgroup; how many processes were left.
+        :attr:`removed` says whether it is gone (else a process is still in it)."""
         left = self.kill()
+        removed = True
         for path in set(self.dirs.values()):
             for _ in range(REMOVE_TRIES):
                 if _rmdir(path):
                     break
                 time.sleep(EMPTY_WAIT_S)  # a killed process still exiting: bounded
             else:
+                removed = False
                 log.warning("cgroup %s could not be removed (processes still exiting)", path)
+        self.removed = removed
         return left
 
 

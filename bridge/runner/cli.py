@@ -140,9 +140,10 @@ class CliRunner(RunnerBackend):
             argv = identity.command(self.argv(request, mode))
             if identity.uid is None:
                 hide_from_own_account()  # the run's uid is ours: /proc/<our pid>/environ
-            if identity.uid is None and not identity.private_proc:
-                # single account, no namespace: the uid sweep cannot find all of a run; the
-                # gateway's own Python may sit where its runs cannot reach (a root pyenv)
+            if identity.uid is None and not identity.private_proc and cgroup is None:
+                # single account, no namespace, no cgroup: the uid sweep cannot find all of
+                # a run; the gateway's own Python may sit where its runs cannot reach (a
+                # root pyenv). With a cgroup the kernel knows every process of the run.
                 argv = wrap(argv, self.kill_grace_s, shared_interpreter())
             if cgroup is not None:  # outermost: all of it is born in the cgroup
                 argv = cgroup.join(argv)

@@ -4,9 +4,9 @@ The handle a :class:`.cli.CliRunner` returns for one ``jazz run --json`` process
 hands the prompt to the process's stdin (without waiting for it to be read), keeps the
 run's own timeout (paused while a person is asked), writes answers to stdin, stops the
 run (SIGTERM, then SIGKILL for all of it after the grace, children that left the group
-included) and, once the process has exited, empties its cgroup, sweeps what it left and
-assembles the result. Reading the streams is :mod:`.cli_streams`'s; the result's rules are
-:mod:`.cli_result`'s.
+included) and, once the process has exited, empties its cgroup (or, without one, sweeps
+what it left) and assembles the result. Reading the streams is :mod:`.cli_streams`'s; the
+result's rules are :mod:`.cli_result`'s.
 """
 
 from __future__ import annotations
@@ -195,6 +195,11 @@ class CliRunHandle(RunHandle):
         else:
             if self.proc.returncode == -signal.SIGKILL:  # its subreaper's doing (single account)
                 log.warning("runner pid %d ignored SIGTERM; its reaper killed it", pgid)
+        if self.cgroup is not None:
+            # everything of the run, whatever session or uid, the leader too; the finish
+            # removes the cgroup once the leader is reaped (and sweeps if it cannot)
+            await asyncio.to_thread(self.cgroup.kill)
+            return
         await self._sweep()
 
     async def _sweep(self, *, urgent: bool = True) -> None:
@@ -238,10 +243,13 @@ class CliRunHandle(RunHandle):
                 self._limit_hit, left = await asyncio.to_thread(self.cgroup.finish)
                 if left:
                     log.info("run %s left %d process(es) in its cgroup: killed", self.tag, left)
-            # The run is over: nothing it started may linger (children that called setsid).
-            # The sweep runs beside reading the last output and recording the answer (it
-            # also closes pipes a lingering child holds); settled() waits for it.
-            self._sweeper = asyncio.create_task(self._sweep(urgent=False), name="runner-sweep")
+            if self.cgroup is None or not self.cgroup.removed:
+                # The run is over: nothing it started may linger (children that called
+                # setsid). Without a cgroup (or one still holding a process) the sweep runs
+                # beside reading the last output and recording the answer (it also closes
+                # pipes a lingering child holds); settled() waits for it. A cgroup emptied
+                # and removed is proof enough: the kernel put every process of the run in it.
+                self._sweeper = asyncio.create_task(self._sweep(urgent=False), name="runner-sweep")
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.gather(*self._tasks[:2]), timeout=5)
             for task in self._tasks:

@@ -131,14 +131,24 @@ async def test_a_hang_past_the_timeout_is_stopped_while_others_are_served(
 
 
 # "off": one account for every run (the non-root path), where no uid tells runs apart
-ISOLATION = pytest.mark.parametrize("isolation", ["auto", "off"])
+# how a run is contained: its own account or not (isolation), and its own cgroup (where
+# the host lets the gateway make one: root here) or only the sweeps and the reaper
+ISOLATION = pytest.mark.parametrize("isolation", ["auto", "off", "auto/no-cgroup", "off/no-cgroup"])
+
+
+def contain(env: dict[str, str], isolation: str) -> None:
+    """Set ``env`` for one of ISOLATION's ways of containing a run."""
+    setting, _, cgroup = isolation.partition("/")
+    env["JAZZ_BRIDGE_ISOLATION"] = setting
+    if cgroup == "no-cgroup":
+        env["JAZZ_BRIDGE_LIMITS__RUN_CGROUP"] = "false"
 
 
 @ISOLATION
 async def test_a_setsid_child_is_swept_after_the_answer(
     env: dict[str, str], fake_dir: Path, isolation: str
 ) -> None:
-    env["JAZZ_BRIDGE_ISOLATION"] = isolation
+    contain(env, isolation)
     async with running_gateway(env) as (_, client):
         await client.post("s", "setsid")
         answers = await client.wait_role("s", "assistant", timeout=30)
@@ -157,7 +167,7 @@ async def test_a_daemon_with_an_empty_environment_is_swept(
     env: dict[str, str], fake_dir: Path, isolation: str
 ) -> None:
     """Double fork, setsid, fds closed, no environment: neither group nor tag finds it."""
-    env["JAZZ_BRIDGE_ISOLATION"] = isolation
+    contain(env, isolation)
     async with running_gateway(env) as (_, client):
         await client.post("d", "daemon")
         answers = await client.wait_role("d", "assistant", timeout=30)
@@ -201,7 +211,7 @@ def children(fake_dir: Path) -> list[list[int]]:
 async def test_a_fork_chain_is_swept(env: dict[str, str], fake_dir: Path, isolation: str) -> None:
     """A leftover that forks and exits in a loop: each generation lives microseconds, so a
     sweep that looks a process up and then kills it is always one generation late."""
-    env["JAZZ_BRIDGE_ISOLATION"] = isolation
+    contain(env, isolation)
     # A /proc scan cannot prove the chain gone (it misses it as the gateway's scan did):
     # every generation holds this FIFO's write end, so end-of-file here is exact.
     fifo = fake_dir / "chain.fifo"
@@ -237,7 +247,7 @@ async def test_a_runner_that_ignores_sigterm_is_killed(
     isolation: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    env["JAZZ_BRIDGE_ISOLATION"] = isolation
+    contain(env, isolation)
     env["JAZZ_BRIDGE_RUNNER__TIMEOUT_S"] = "1" if how == "timeout" else "60"
     caplog.set_level(logging.WARNING, logger="bridge.runner")
     async with running_gateway(env) as (_, client):
