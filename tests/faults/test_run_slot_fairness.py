@@ -32,6 +32,7 @@ from bridge.model import Inbound
 pytestmark = pytest.mark.faults
 
 START_BOUND_S = 15.0  # "at once": well inside the fake runner's 60 s hold
+WAITING_MARK = "🕐"  # how a note saying why a message waits for a run slot begins
 
 
 @pytest.fixture
@@ -43,7 +44,13 @@ def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[
 
 
 async def statuses(client: Client, thread: str) -> list[str]:
-    return [m["text"] for m in await client.messages(thread) if m["role"] == "status"]
+    """The thread's "waits for a slot" notes (a running run's progress bubble, also a status
+    message, is not one)."""
+    return [
+        m["text"]
+        for m in await client.messages(thread)
+        if m["role"] == "status" and m["text"].startswith(WAITING_MARK)
+    ]
 
 
 async def test_one_users_six_held_runs_leave_room_for_another_users_message(
