@@ -202,6 +202,7 @@ class GatewayApp:
         self.settings = settings
         self.specs = specs
         self.metrics = Metrics()
+        self.metrics.watch_store(lambda: self.store.stats if self.store is not None else None)
         self.adapters: list[Adapter] = []
         self.store: Store | None = None
         self.engine: Engine | None = None

@@ -6,8 +6,14 @@ escaping and histogram buckets right and is what scrapers expect.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from .store.base import StoreStats
 
 RUN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)
 
@@ -69,5 +75,31 @@ class Metrics:
             registry=r,
         )
 
+    def watch_store(self, stats: Callable[[], StoreStats | None]) -> None:
+        """Export the store's commits and writes (read at each scrape)."""
+        self.registry.register(_StoreCollector(stats))
+
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+class _StoreCollector(Collector):
+    """The store's own counters, read when scraped (the store counts on its thread)."""
+
+    def __init__(self, stats: Callable[[], StoreStats | None]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats() or StoreStats()
+        yield CounterMetricFamily(
+            "jazz_bridge_store_commits",
+            "Durable store transactions (each waits for one disk flush); a group commit "
+            "holds several writes.",
+            value=stats.commits,
+        )
+        yield CounterMetricFamily(
+            "jazz_bridge_store_writes", "Store writes, each in some commit.", value=stats.writes
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())

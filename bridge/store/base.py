@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,8 +82,18 @@ class StoreFull(StoreUnavailable):
     """The disk holding the store is full: the write was not made (intake answers 507)."""
 
 
+@dataclass
+class StoreStats:
+    """What a store has done since it opened: for ``/metrics`` and the benchmarks."""
+
+    commits: int = 0  # durable transactions (each one disk flush with synchronous=FULL)
+    writes: int = 0  # write calls they held (a group commit holds several)
+
+
 class Store(abc.ABC):
     """Durable state: the guarantees of the module docstring, and each method's own."""
+
+    stats: StoreStats
 
     @abc.abstractmethod
     async def open(self) -> None:

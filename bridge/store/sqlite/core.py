@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from provisioning.modes import STATE_FILE_MODE
 
-from ..base import Store, StoreError, StoreFull, StoreUnavailable
+from ..base import Store, StoreError, StoreFull, StoreStats, StoreUnavailable
 from .files import DatabaseFile
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ class SqliteCore(Store):
         # group commit of every write (see _tx)
         self._group: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
         self._committer: asyncio.Task[None] | None = None
+        self.stats = StoreStats()
 
     # -- plumbing -----------------------------------------------------------------------------
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -134,6 +135,8 @@ class SqliteCore(Store):
                     outcomes.append((False, exc))
                 conn.execute("RELEASE one_write")
             conn.execute("COMMIT")
+            self.stats.commits += 1
+            self.stats.writes += len(fns)
         except BaseException:
             if conn.in_transaction:
                 try:

@@ -51,6 +51,14 @@ async def test_health_ready_and_metrics(env: dict[str, str], fake_dir: Path) -> 
         assert 'jazz_bridge_messages_total{outcome="duplicate",platform="web"} 1.0' in text
         assert 'jazz_bridge_runs_total{outcome="ok"} 1.0' in text
         assert "jazz_bridge_run_duration_seconds_bucket" in text
+        # the store's commits: at least the accept, the run's start and its outcome
+        commits = next(
+            float(line.split()[1])
+            for line in text.splitlines()
+            if line.startswith("jazz_bridge_store_commits_total ")
+        )
+        assert commits >= 3
+        assert "jazz_bridge_store_writes_total " in text
 
 
 # -- clients that never finish a request -----------------------------------------------------

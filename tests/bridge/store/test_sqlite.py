@@ -45,6 +45,9 @@ async def test_concurrent_accepts_share_commits_and_fail_alone(
     assert isinstance(results[15], StoreError), results[15]
     assert all(isinstance(r, tuple) and r[1] for i, r in enumerate(results) if i != 15)
     assert 1 <= len(commits) < len(good)
+    # what /metrics exports: every COMMIT and every write it held, the failed one too
+    assert sqlite_store.stats.commits == len(commits)
+    assert sqlite_store.stats.writes == len(good) + 1
     with sqlite3.connect(db_path) as other:
         stored = {row[0] for row in other.execute("SELECT event_id FROM inbox")}
     assert stored == {f"g{i}" for i in range(30)}
