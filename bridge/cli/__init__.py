@@ -8,6 +8,6 @@ has its module (serve, init, repair, homes, config check, doctor, whose checks a
 from __future__ import annotations
 
 from .console import setup_logging
-from .parser import EXIT_ERROR, build_parser, main
+from .parser import EXIT_CONFIG, EXIT_ERROR, build_parser, main
 
-__all__ = ["EXIT_ERROR", "build_parser", "main", "setup_logging"]
+__all__ = ["EXIT_CONFIG", "EXIT_ERROR", "build_parser", "main", "setup_logging"]

@@ -10,6 +10,7 @@ import argparse
 import logging
 
 from ..config import CoreSettings, effective_config
+from ..errors import AdapterError, ConfigError
 from ..ports import AdapterSpec
 from .console import dump
 
@@ -21,7 +22,10 @@ def cmd_config(
 ) -> int:
     from ..rules import require
 
-    require(settings, specs)  # what serve would refuse to start with: the same line, exit 2
+    try:
+        require(settings, specs)  # what serve would refuse to start with: the same line
+    except AdapterError as exc:  # a rule of the configuration: a configuration error
+        raise ConfigError(str(exc)) from None
     source = getattr(settings, "_toml_file", None)
     log.info("configuration is valid (file: %s)", source or "none, defaults and environment")
     dump(effective_config(settings))

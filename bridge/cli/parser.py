@@ -21,7 +21,7 @@ from provisioning.errors import ProvisioningError
 
 from .. import logs
 from ..config import CoreSettings, load_settings
-from ..errors import BridgeError
+from ..errors import BridgeError, ConfigError
 from ..plugins import load_specs
 from ..ports import AdapterSpec
 from .config_check import cmd_config
@@ -32,9 +32,18 @@ from .init import cmd_init
 from .repair import cmd_repair
 from .serve import cmd_serve
 
-__all__ = ["EXIT_ERROR", "build_parser", "main"]
+__all__ = ["EXIT_CONFIG", "EXIT_ERROR", "build_parser", "main"]
 
 EXIT_ERROR = 2
+EXIT_CONFIG = 78  # sysexits.h EX_CONFIG, which systemd shows as status=78/CONFIG
+
+EXIT_CODES = f"""exit status:
+  0   done (doctor: every check OK or WARN)
+  1   a check, or one of the items a command acts on, failed (said on stdout)
+  {EXIT_ERROR}   an error: a wrong command line, a path, a refused command (one line on stderr)
+  {EXIT_CONFIG}  the configuration is invalid or one serve refuses to start with (a bad or unknown
+       key, a value that does not parse, a rule serve starts by): every configuration error
+"""
 
 
 def _settings(args: argparse.Namespace, specs: dict[str, AdapterSpec]) -> CoreSettings:
@@ -67,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jazz-bridge",
         description="Slack and Telegram gateway to Jazz agents",
         parents=[common],
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -190,6 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup_logging(settings, getattr(args, "log_level", None), writer_thread=threaded)
         code: int = args.func(args, settings, specs)
         return code
+    except ConfigError as exc:
+        logs.stop_writer()
+        sys.stderr.write(f"jazz-bridge: error: {logs.mask(str(exc))}\n")
+        return EXIT_CONFIG
     except (BridgeError, ProvisioningError, OSError) as exc:
         # OSError: a path that is not a directory, a file it may not read... its message
         # names the path and the reason; a traceback would add nothing for an operator

@@ -14,7 +14,7 @@ import signal
 import socket
 
 from ..config import CoreSettings
-from ..errors import BridgeError
+from ..errors import AdapterError, BridgeError, ConfigError
 from ..ports import AdapterSpec
 from .init import refuse_foreign_directory
 
@@ -78,8 +78,15 @@ def cmd_serve(
 ) -> int:
     from provisioning.layout import Layout
 
+    from .. import rules
     from ..app import lock_root, serve
 
+    broken = rules.problems(settings, specs)
+    if broken:  # what the configuration breaks is a configuration error (exit 78); serve's
+        try:  # own check logs the warnings when it starts, so only a refusal logs them here
+            rules.require(settings, specs)
+        except AdapterError as exc:
+            raise ConfigError(str(exc)) from None
     refuse_foreign_directory(settings)
     host, port = settings.server.host, settings.server.port
     state = Layout(settings.root.absolute()).state

@@ -49,15 +49,52 @@ def _in_file(loc: Sequence[Any], data: Mapping[str, Any]) -> bool:
     return True
 
 
+COLLECTION_ERRORS = ("list_type", "tuple_type", "set_type", "frozen_set_type", "dict_type")
+
+
+def _keys_at(cls: type[BaseModel] | None, loc: Sequence[Any]) -> list[str]:
+    """The keys the table holding ``loc``'s last part has (none when that is not a model)."""
+    model: type[BaseModel] | None = cls
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if model is not None else None
+        model = section_model(field.annotation) if field is not None else None
+    return sorted(model.model_fields) if model is not None else []
+
+
+def _did_you_mean(cls: type[BaseModel] | None, loc: Sequence[Any]) -> str:
+    if not loc:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]).lower(), _keys_at(cls, loc), n=1)
+    return f" (did you mean {'.'.join([*map(str, loc[:-1]), close[0]])}?)" if close else ""
+
+
+def json_example(value: str) -> str:
+    """``value`` (a list written as plain text: ``111``, ``a,b``) as the JSON it should be."""
+    items: list[Any] = []
+    for item in (part.strip() for part in value.split(",")):
+        if item:
+            items.append(int(item) if item.lstrip("-").isdigit() else item)
+    return json.dumps(items)
+
+
+def _json_hint(name: str, value: str | None) -> str:
+    example = json_example(value) if value is not None else '["T0123"]'
+    return f": a list or table in an environment variable must be JSON, e.g. {name}='{example}'"
+
+
 def describe(
     errors: Iterable[Any],
     origin: str,
     env: Mapping[str, str] | None = None,
     file: tuple[Path, Mapping[str, Any]] | None = None,
+    cls: type[BaseModel] | None = None,
 ) -> str:
     """Every bad key on a line, its value unless it may be a secret, and where it was set:
-    the ``JAZZ_BRIDGE_*`` variable (which wins over the file) or the file."""
+    the ``JAZZ_BRIDGE_*`` variable (which wins over the file) or the file. An unknown key
+    says which key of its table it was probably meant to be (``cls``: the settings' model);
+    a list or table a variable gave as plain text says how to write it as JSON."""
     env_names = {name.upper() for name in env or {}}
+    upper_env = {k.upper(): v for k, v in (env or {}).items()}
     lines = []
     for err in errors:
         loc = err.get("loc", ())
@@ -65,7 +102,7 @@ def describe(
         message = err.get("msg", "invalid")
         unknown = err.get("type") == "extra_forbidden"
         if unknown:
-            message = "unknown key"
+            message = "unknown key" + _did_you_mean(cls, loc)
         shown = ""
         # an unknown key may be a secret's key mistyped (bot_tokne): its value never shows
         secret = any(h in key.lower() for h in SECRET_HINTS) or key.startswith("runner.extra_env")
@@ -76,6 +113,9 @@ def describe(
         source = _env_source(loc, env_names) if loc else None
         if source is not None:
             shown += f" [from {source}]"
+            if err.get("type") in COLLECTION_ERRORS:
+                raw = upper_env.get(source)
+                shown += _json_hint(source, None if secret else raw)
         elif file is not None and loc and _in_file(loc, file[1]):
             shown += f" [from {file[0]}]"
         lines.append(f"  {key}: {message}{shown}")
@@ -158,10 +198,10 @@ def not_json(exc: SettingsError, environ: Mapping[str, str], cls: type[BaseModel
                 except ValueError:
                     suspects.append(name)
     named = ", ".join(suspects) or f"a {ENV_PREFIX}* variable"
-    return (
-        f"invalid configuration (environment): {named}: a list or table in the environment "
-        f"must be JSON, e.g. {ENV_PREFIX}SLACK__ALLOWED_TEAMS='[\"T0123\"]'"
-    )
+    first = suspects[0] if suspects else f"{ENV_PREFIX}SLACK__ALLOWED_TEAMS"
+    secret = any(h in first.lower() for h in SECRET_HINTS) or "EXTRA_ENV" in first
+    value = upper.get(first) if suspects and not secret else None
+    return f"invalid configuration (environment): {named}" + _json_hint(first, value)
 
 
 def _is_collection(annotation: Any) -> bool:

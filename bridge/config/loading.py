@@ -72,7 +72,7 @@ def load_settings(
     try:
         settings = cls()
     except ValidationError as exc:
-        raise ConfigError(describe(exc.errors(), origin, env, file)) from None
+        raise ConfigError(describe(exc.errors(), origin, env, file, cls)) from None
     except SettingsError as exc:  # a list or table given as plain text in the environment
         raise ConfigError(not_json(exc, env, cls)) from None
     if settings.accounts.uid_min > settings.accounts.uid_max:

@@ -16,6 +16,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from bridge import logs, rules
+from bridge.cli import EXIT_CONFIG, EXIT_ERROR
 from bridge.config import MIN_TOKEN_CHARS, load_settings
 from bridge.errors import AdapterError, ConfigError
 from bridge.plugins import load_specs
@@ -111,7 +112,7 @@ def test_config_check_masks_secrets(tmp_path: Path) -> None:
     assert data["web"]["token"] == "**********"
 
 
-def test_config_check_reports_bad_values_with_exit_2(tmp_path: Path) -> None:
+def test_config_check_reports_bad_values_with_the_config_exit_code(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text("[server]\nport = 70000\n[web]\ntoken = 5\n")
     out = subprocess.run(
@@ -121,7 +122,7 @@ def test_config_check_reports_bad_values_with_exit_2(tmp_path: Path) -> None:
         timeout=60,
         cwd=tmp_path,
     )
-    assert out.returncode == 2
+    assert out.returncode == EXIT_CONFIG
     assert "server.port" in out.stderr and "web.token" in out.stderr
 
 
@@ -219,15 +220,15 @@ def test_a_whole_section_given_as_plain_text_in_the_environment_is_named() -> No
         load_settings(None, adapter_sections=SECTIONS, environ={"JAZZ_BRIDGE_SERVER": "notjson"})
 
 
-def test_command_line_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_command_line_errors_are_one_line_and_exit_2_or_78_for_the_config(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     runs = [
-        (["init", "--root", str(blocker / "x")], {}),
-        (["config", "check"], {"JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS": "T0123"}),
-        (["homes", "archive", "web:x"], {"JAZZ_BRIDGE_ROOT": str(tmp_path / "nope")}),
+        (["init", "--root", str(blocker / "x")], {}, EXIT_ERROR),
+        (["config", "check"], {"JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS": "T0123"}, EXIT_CONFIG),
+        (["homes", "archive", "web:x"], {"JAZZ_BRIDGE_ROOT": str(tmp_path / "nope")}, EXIT_ERROR),
     ]
-    for args, extra in runs:
+    for args, extra, code in runs:
         done = subprocess.run(
             [sys.executable, "-m", "bridge.cli", *args],
             capture_output=True,
@@ -236,7 +237,7 @@ def test_command_line_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
             cwd=tmp_path,
             env={"PATH": "/usr/bin:/bin", "JAZZ_BRIDGE_ISOLATION": "off", **extra},
         )
-        assert done.returncode == 2, (args, done.stderr)
+        assert done.returncode == code, (args, done.stderr)
         assert done.stderr.startswith("jazz-bridge: error:"), (args, done.stderr)
         assert "Traceback" not in done.stderr, (args, done.stderr)
     assert not (tmp_path / "nope").exists()  # a wrong root is named, not made
@@ -306,12 +307,12 @@ def test_config_check_and_doctor_refuse_what_serve_refuses(
     tmp_path: Path, env: dict[str, str], says: str
 ) -> None:
     served = _cli(tmp_path, env, "serve")
-    assert served.returncode == 2, served.stderr[-2000:]
+    assert served.returncode == EXIT_CONFIG, served.stderr[-2000:]
     refusal = served.stderr.strip().splitlines()[-1]
     assert refusal.startswith(f"jazz-bridge: error: {says}"), refusal
     assert not (tmp_path / "root").exists()  # refused before it made anything
     checked = _cli(tmp_path, env, "config", "check")
-    assert checked.returncode == 2, checked.stdout + checked.stderr
+    assert checked.returncode == EXIT_CONFIG, checked.stdout + checked.stderr
     assert checked.stderr.strip().splitlines()[-1] == refusal
     doctor = _cli(tmp_path, env, "doctor")
     assert doctor.returncode == 1
@@ -373,7 +374,7 @@ def test_a_platform_configured_without_its_token_is_a_warning_everywhere(tmp_pat
     assert f"WARN configured sections are on -> {warning}" in doctor.stdout  # in its report
     # serve says it before anything else (here it then refuses: no adapter left on)
     served = _cli(tmp_path, {**env, "JAZZ_BRIDGE_WEB__ENABLED": "false"}, "serve")
-    assert served.returncode == 2 and warning in served.stderr
+    assert served.returncode == EXIT_CONFIG and warning in served.stderr
     slack = {"JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS": '["T1"]', "JAZZ_BRIDGE_SLACK__MODE": "socket"}
     loaded = load_settings(None, adapter_sections=SECTIONS, environ=slack)
     assert rules.warnings(loaded, load_specs()) == [
@@ -500,7 +501,7 @@ def test_an_unreadable_platform_address_is_named_not_a_traceback(tmp_path: Path)
     lines = done.stderr.strip().splitlines()
     print(f"\nexit status {done.returncode}; last line: {lines[-1] if lines else ''!r}")
     assert not [line for line in lines if line.startswith("Traceback")], done.stderr[-3000:]
-    assert done.returncode == 2
+    assert done.returncode == EXIT_CONFIG
     error = done.stderr[done.stderr.index("jazz-bridge: error: ") :]
     assert "telegram.api_url" in error and "Invalid IPv6 URL" in error, error
     assert BOT_TOKEN not in done.stderr

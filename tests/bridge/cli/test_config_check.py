@@ -26,6 +26,8 @@ from pathlib import Path
 
 from gateway_harness import run_cli
 
+from bridge.cli import EXIT_CONFIG
+
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 ErrorLine = Callable[[subprocess.CompletedProcess[str]], str]
 
@@ -47,7 +49,7 @@ def without_root(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProce
 
 def test_an_empty_log_file_variable_is_refused(tmp_path: Path) -> None:
     done = without_root(tmp_path, "config", "check", JAZZ_BRIDGE_LOG__FILE="")
-    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.returncode == EXIT_CONFIG, (done.stdout, done.stderr)
     assert done.stdout == ""
     assert "Traceback" not in done.stderr
     assert "log.file" in done.stderr and "[from JAZZ_BRIDGE_LOG__FILE]" in done.stderr
@@ -59,7 +61,7 @@ def test_a_tilde_root_in_the_file_is_refused_and_nothing_is_made(tmp_path: Path)
     config.write_text('root = "~/jazz-bridge"\n')
     for command in (("config", "check"), ("init",)):
         done = without_root(tmp_path, *command, "--config", str(config))
-        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert done.returncode == EXIT_CONFIG, (command, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr
         line = done.stderr
         assert "root:" in line and "'~'" in line and f"[from {config}]" in line, line
@@ -68,7 +70,7 @@ def test_a_tilde_root_in_the_file_is_refused_and_nothing_is_made(tmp_path: Path)
 
 def test_a_tilde_log_file_from_the_environment_is_refused(tmp_path: Path) -> None:
     done = without_root(tmp_path, "config", "check", JAZZ_BRIDGE_LOG__FILE="~/jb.log")
-    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.returncode == EXIT_CONFIG, (done.stdout, done.stderr)
     assert "log.file" in done.stderr and "[from JAZZ_BRIDGE_LOG__FILE]" in done.stderr
     assert not (tmp_path / "~").exists()
 
@@ -77,7 +79,7 @@ def test_config_names_a_directory_given_as_the_file(
     tmp_path: Path, cli: Cli, error_line: ErrorLine
 ) -> None:
     done = cli(tmp_path, "config", "check", "--config", str(tmp_path))
-    assert done.returncode == 2
+    assert done.returncode == EXIT_CONFIG
     assert error_line(done).startswith(
         f"jazz-bridge: error: --config names {tmp_path}, which is a directory: name the TOML "
         "file itself"

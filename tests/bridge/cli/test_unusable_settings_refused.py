@@ -18,6 +18,7 @@ import pytest
 from accounts_support import remove_accounts
 from gateway_harness import gateway_env, running_gateway
 
+from bridge.cli import EXIT_CONFIG
 from bridge.errors import BridgeError
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
@@ -50,10 +51,10 @@ def test_config_check_refuses_the_empty_ops_token_serve_refuses(
     tmp_path: Path, cli: Cli, error_line: ErrorLine
 ) -> None:
     """``config check`` and ``doctor`` promise "what serve would refuse to start with: the
-    same line, exit 2"; an empty ops.token passes both, and serve then refuses it (after
+    same line, exit 78"; an empty ops.token passes both, and serve then refuses it (after
     making a whole new root)."""
     checked = cli(tmp_path, "config", "check", JAZZ_BRIDGE_OPS__TOKEN="")
-    assert checked.returncode == 2, checked.stderr[-2000:]
+    assert checked.returncode == EXIT_CONFIG, checked.stderr[-2000:]
     assert "ops.token" in error_line(checked)
 
 
