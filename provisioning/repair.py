@@ -31,6 +31,7 @@ from .errors import ProvisioningError
 from .layout import CHATS_DIR, PERSONAS_DIR, TOOLS_DIR, RootInfo, init_root
 from .modes import HOME_MODE, OTHER_BITS, PRIVATE_DIR_MODE
 from .walk import WalkReport, repair_home_tree
+from .walk_report import MAX_ERRORS, MAX_SKIPS
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,14 @@ class RepairReport:
             **total.as_dict(),
             "top": self.top.as_dict(),
             "deep": self.deep.as_dict(),
-            "errors": (self.top.errors + self.deep.errors)[:50],
+            "errors": (self.top.errors + self.deep.errors)[:MAX_ERRORS],
+            "skips": (self.top.skips + self.deep.skips)[:MAX_SKIPS],
         }
+
+    @property
+    def skips(self) -> list[str]:
+        """What was left alone and why, at most ``MAX_SKIPS`` (the rest only counted)."""
+        return (self.top.skips + self.deep.skips)[:MAX_SKIPS]
 
     @property
     def ok(self) -> bool:
@@ -90,12 +97,18 @@ def repair(
                 continue
             if not stat.S_ISDIR(st.st_mode):
                 report.top.skipped += 1
+                report.top.note_skip(str(home_path), "not a directory: left alone")
                 log.warning("%s is not a directory; left alone", root.layout.chats / entry.name)
                 continue
             if isolated:
                 account = accounts.get(entry.name)
                 if account is None:
                     report.top.skipped += 1
+                    report.top.note_skip(
+                        str(home_path),
+                        f"no account in {root.layout.uid_map}: left alone (jazz-bridge homes "
+                        "ensure KEY repairs it)",
+                    )
                     log.warning(
                         "home %s has no account in %s; left alone (jazz-bridge homes ensure "
                         "KEY repairs it)",
@@ -176,6 +189,9 @@ def _strip_top_level(root: RootInfo, report: WalkReport) -> None:
                         os.fchmod(fd, mode & ~OTHER_BITS)
                 elif not pinned.chmod_entry(root_fd, entry.name, mode & ~OTHER_BITS, st):
                     report.skipped += 1
+                    report.note_skip(
+                        str(root.layout.root / entry.name), "replaced while repaired; left alone"
+                    )
                     continue
                 report.changed += 1
             except (OSError, ProvisioningError) as exc:

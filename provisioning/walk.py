@@ -30,16 +30,25 @@ import errno
 import json
 import os
 import stat
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from . import pinned
 from .modes import GROUP_BITS, OTHER_BITS, REPAIR_MARKER, SPECIAL_EXEC_BITS
+from .walk_report import MAX_ERRORS, WalkReport, shown
+
+__all__ = [
+    "FD_BUDGET",
+    "MAX_DEPTH",
+    "MAX_ERRORS",
+    "TreeWalk",
+    "WalkReport",
+    "repair_home_tree",
+    "shown",
+]
 
 MAX_DEPTH = 4096  # levels below the home; deeper directories are refused (failed)
 FD_BUDGET = 64  # directory descriptors the walk keeps open at most (besides the home's)
-MAX_ERRORS = 50
 MARKER_VERSION = 1
 
 _DIR_OPEN = pinned.DIR_FLAGS | os.O_NONBLOCK
@@ -56,59 +65,6 @@ _SWAPPED = (errno.ELOOP, errno.ENOTDIR)  # opening a listed directory found a li
 UNCHANGED = 0  # nothing to do, or a failure it recorded itself
 CHANGED = 1
 SKIPPED = 2  # left alone: another account's, a hard link, swapped since it was listed
-
-
-@dataclass
-class WalkReport:
-    checked: int = 0
-    changed: int = 0
-    skipped: int = 0
-    failed: int = 0
-    errors: list[str] = field(default_factory=list)  # "path: reason", at most MAX_ERRORS
-    skipped_by_marker: bool = False  # the marker was there and force was not given
-
-    def merge(self, other: WalkReport) -> None:
-        self.checked += other.checked
-        self.changed += other.changed
-        self.skipped += other.skipped
-        self.failed += other.failed
-        room = MAX_ERRORS - len(self.errors)
-        if room > 0:
-            self.errors.extend(other.errors[:room])
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "checked": self.checked,
-            "changed": self.changed,
-            "skipped": self.skipped,
-            "failed": self.failed,
-        }
-
-    def fail(self, where: str, why: str) -> None:
-        """Count one failure and keep its message (while there is room).
-
-        ``where`` holds names a conversation chose: shown escaped (:func:`shown`), so a
-        newline or a terminal escape in one never reaches an operator's screen as such.
-        """
-        self.failed += 1
-        if len(self.errors) < MAX_ERRORS:
-            self.errors.append(f"{shown(where)}: {why}")
-
-
-def shown(text: str) -> str:
-    """``text`` with what is not printable escaped: ``\\n``, ``\\x1b``, and ``\\xff`` for a
-    byte that is not UTF-8 (a surrogate ``os.fsdecode`` made of it)."""
-    if text.isprintable():
-        return text
-    out = []
-    for char in text:
-        if char.isprintable():
-            out.append(char)
-        elif "\udc80" <= char <= "\udcff":
-            out.append(f"\\x{ord(char) - 0xDC00:02x}")
-        else:
-            out.append(ascii(char)[1:-1])
-    return "".join(out)
 
 
 def _why(exc: OSError) -> str:
@@ -287,6 +243,7 @@ class TreeWalk:
         except OSError as exc:
             if exc.errno in _SWAPPED:
                 report.skipped += 1  # swapped for a link or a file since it was listed
+                report.note_skip(where, "became a link or a file while walked; not followed")
             else:
                 report.fail(where, f"cannot open: {_why(exc)}")
             return None
@@ -299,6 +256,7 @@ class TreeWalk:
         if st.st_ino != ino or st.st_dev != dev:
             os.close(fd)
             report.skipped += 1  # another directory took its name since it was listed
+            report.note_skip(where, "replaced by another directory while walked; not entered")
             return None
         return fd, st, where
 
@@ -352,10 +310,12 @@ class TreeWalk:
                             subdirs.append((entry.name, est.st_dev, est.st_ino))
                         else:
                             skipped += 1
+                            report.note_skip(f"{where}/{entry.name}", "not walked into")
                         continue
                     if not entry.is_file(follow_symlinks=False):
                         checked += 1
                         skipped += 1  # links, FIFOs, sockets, devices: never opened
+                        report.note_skip(f"{where}/{entry.name}", _kind(entry))
                         not_regular(fd, entry, where)
                         continue
                     name = entry.name
@@ -371,7 +331,7 @@ class TreeWalk:
                     if done == CHANGED:
                         changed += 1
                     elif done == SKIPPED:
-                        skipped += 1
+                        skipped += 1  # the hook noted why
         except OSError as exc:  # reading the directory itself failed part way
             report.fail(where, f"cannot list: {_why(exc)}")
         report.checked += checked
@@ -395,6 +355,7 @@ class _RepairWalk(TreeWalk):
         report = self.report
         if st.st_uid != self.owner_uid:
             report.skipped += 1  # another account's directory: left as it is, walked into
+            report.note_skip(where, _not_own(st.st_uid, "directory; its own files walked"))
             return
         mode = st.st_mode & 0o7777
         want = mode & self.dir_keep
@@ -407,16 +368,44 @@ class _RepairWalk(TreeWalk):
 
     def regular(self, dir_fd: int, name: str, st: os.stat_result, where: str) -> int:
         if st.st_uid != self.owner_uid or st.st_mode & _S_IFMT != _S_IFREG:
-            return SKIPPED  # another account's (or its hard link), or swapped
+            # another account's (or its hard link), or swapped
+            self.report.note_skip(f"{where}/{name}", _not_own(st.st_uid, "file"))
+            return SKIPPED
         mode = st.st_mode & 0o7777
         want = mode & self.file_keep
         if want == mode:
             return UNCHANGED
         try:
-            return CHANGED if pinned.chmod_entry(dir_fd, name, want, st) else SKIPPED
+            if pinned.chmod_entry(dir_fd, name, want, st):
+                return CHANGED
+            self.report.note_skip(f"{where}/{name}", "replaced while repaired; left alone")
+            return SKIPPED
         except OSError as exc:
             self.report.fail(f"{where}/{name}", f"cannot change mode: {_why(exc)}")
             return UNCHANGED
+
+
+def _kind(entry: os.DirEntry[str]) -> str:
+    """Why a non-regular entry is left alone, for the report."""
+    if entry.is_symlink():
+        return "a symbolic link (never followed)"
+    try:
+        mode = entry.stat(follow_symlinks=False).st_mode
+    except OSError:
+        return "not a regular file (never opened)"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (never opened)"
+    if stat.S_ISSOCK(mode):
+        return "a socket (never opened)"
+    return (
+        "a device (never opened)"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else ("not a regular file (never opened)")
+    )
+
+
+def _not_own(uid: int, what: str) -> str:
+    return f"another account's {what} (uid {uid}, not the conversation's): left as it is"
 
 
 def _marker_present(home_fd: int) -> bool:

@@ -49,4 +49,10 @@ def cmd_repair(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Ad
         )
         for err in report.top.errors + report.deep.errors:
             out(f"  failed: {err}")
+        skips = report.skips
+        for skip in skips:
+            out(f"  skipped: {skip}")
+        rest = data["skipped"] - len(skips)  # type: ignore[operator]
+        if rest > 0:
+            out(f"  ... and {rest} more skipped (the first {len(skips)} are named)")
     return 0 if report.ok else 1
