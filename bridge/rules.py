@@ -1,14 +1,14 @@
 """The configuration rules ``serve`` starts by, applied the same way by every command.
 
 Some rules cannot be said by the settings' types: an adapter needs an allowlist, or the
-secret its mode uses, and at least one adapter must be on. Each is stated once: an
-adapter's by its spec (:attr:`~bridge.ports.AdapterSpec.check`), the core's here. ``serve``
-refuses to start on any of them before it provisions anything, ``config check`` exits 2 with
-the same line, and ``doctor`` reports each as a failed check, so what an operator checked is
-what the gateway runs with. A section configured but left off by a missing credential is a
-warning (:func:`warnings`): serve logs it, ``config check`` and ``doctor`` show it, none
-fails. They are not pydantic validators: a settings object that breaks
-one is still a valid value (tests build such objects), just not one the gateway starts with.
+secret its mode uses, and at least one adapter must be on. Each is stated once: an adapter's
+by its spec (:attr:`~bridge.ports.AdapterSpec.check`), the core's here. ``serve`` refuses to
+start on any of them before it provisions anything, ``config check`` exits 78 (EX_CONFIG)
+with the same line, and ``doctor`` reports each as a failed check, so what an operator
+checked is what the gateway runs with. A section configured but left off by a missing
+credential is a warning (:func:`warnings`): serve logs it, ``config check`` and ``doctor``
+show it, none fails. They are not pydantic validators: a settings object that breaks one is
+still a valid value (tests build such objects), just not one the gateway starts with.
 """
 
 from __future__ import annotations

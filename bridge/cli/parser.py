@@ -1,9 +1,10 @@
 """The ``jazz-bridge`` parser and dispatch: every command's options, and the one way errors end.
 
 Each subcommand loads the configuration the same way ``serve`` does, so what an operator
-checks is what the gateway runs with. Errors are one clear line on stderr and exit 2;
-listings take ``--json``. The commands themselves are in their modules (:mod:`.serve`,
-:mod:`.init`, :mod:`.repair`, :mod:`.homes`, :mod:`.config_check`, :mod:`.doctor`).
+checks is what the gateway runs with. Errors are one clear line on stderr and exit 2 (a
+configuration error exits 78, EX_CONFIG); listings take ``--json``. The commands themselves
+are in their modules (:mod:`.serve`, :mod:`.init`, :mod:`.repair`, :mod:`.homes`,
+:mod:`.config_check`, :mod:`.doctor`).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from slack_support import APP_TOKEN, BOT_TOKEN, SECRET
 
 from adapters.slack.doctor import APP_AUTH_FIX, BOT_AUTH_FIX, NETWORK_FIX, check
 from adapters.slack.spec import SlackSettings
+from bridge.cli.parser import EXIT_CONFIG
 
 WRONG = "xoxb-0000000000-a-token-the-fake-refuses"
 
@@ -90,11 +91,11 @@ async def test_config_check_and_doctor_refuse_what_serve_refuses(
     assert init.returncode == 0, init.stderr
     refused = {**env, **broken}
     served = await cli(refused, "serve")
-    assert served.returncode == 2, served.stderr[-2000:]
+    assert served.returncode == EXIT_CONFIG, served.stderr[-2000:]
     refusal = served.stderr.strip().splitlines()[-1]
     assert refusal.startswith(ERROR + says), refusal
     checked = await cli(refused, "config", "check")
-    assert checked.returncode == 2, checked.stdout + checked.stderr
+    assert checked.returncode == EXIT_CONFIG, checked.stdout + checked.stderr
     assert checked.stderr.strip().splitlines()[-1] == refusal  # the same line serve gives
     assert not checked.stdout  # no effective configuration printed as if it were fine
     doctor = await cli(refused, "doctor")
@@ -111,7 +112,7 @@ async def test_an_allowlist_or_allow_everyone_is_accepted(
     init = await cli(env, "init")
     assert init.returncode == 0, init.stderr
     no_list = {**env, "JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE": "false"}
-    assert (await cli(no_list, "config", "check")).returncode == 2
+    assert (await cli(no_list, "config", "check")).returncode == EXIT_CONFIG
     for allowed in (
         {"JAZZ_BRIDGE_SLACK__ALLOWED_TEAMS": '["T0TEAM0001"]'},
         {"JAZZ_BRIDGE_SLACK__ALLOWED_CHANNELS": '["C0CHAN0001"]'},

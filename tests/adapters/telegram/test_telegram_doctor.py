@@ -15,6 +15,7 @@ from tg_support import ADA, SECRET, TOKEN, FakeBotApi, running_gateway
 
 from adapters.telegram.doctor import AUTH_FIX, POLLING_FIX, WEBHOOK_FIX, check
 from adapters.telegram.spec import TelegramSettings
+from bridge.cli.parser import EXIT_CONFIG
 
 HOOK = "https://bridge.example/telegram/webhook"
 
@@ -140,12 +141,12 @@ async def test_config_check_and_doctor_refuse_what_serve_refuses(
     assert init.returncode == 0, init.stderr
     refused = {**env, **broken}
     served = await cli(refused, "serve")
-    assert served.returncode == 2, served.stderr[-2000:]
+    assert served.returncode == EXIT_CONFIG, served.stderr[-2000:]
     refusal = served.stderr.strip().splitlines()[-1]
     assert refusal.startswith(ERROR + says), refusal
     assert not fake.called("getMe")  # refused before it asked Telegram anything
     checked = await cli(refused, "config", "check")
-    assert checked.returncode == 2, checked.stdout + checked.stderr
+    assert checked.returncode == EXIT_CONFIG, checked.stdout + checked.stderr
     assert checked.stderr.strip().splitlines()[-1] == refusal  # the same line serve gives
     assert not checked.stdout
     out = await doctor(refused)
@@ -162,7 +163,7 @@ async def test_an_allowlist_or_allow_everyone_is_accepted(
     init = await cli(env, "init")
     assert init.returncode == 0, init.stderr
     no_list = {**env, **POLLING, "JAZZ_BRIDGE_TELEGRAM__ALLOW_EVERYONE": "false"}
-    assert (await cli(no_list, "config", "check")).returncode == 2
+    assert (await cli(no_list, "config", "check")).returncode == EXIT_CONFIG
     for allowed in (
         {"JAZZ_BRIDGE_TELEGRAM__ALLOWED_USERS": f"[{ADA}]"},
         {"JAZZ_BRIDGE_TELEGRAM__ALLOWED_CHATS": "[-1001234567890]"},
