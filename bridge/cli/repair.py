@@ -52,7 +52,7 @@ def cmd_repair(args: argparse.Namespace, settings: CoreSettings, _: dict[str, Ad
         skips = report.skips
         for skip in skips:
             out(f"  skipped: {skip}")
-        rest = data["skipped"] - len(skips)  # type: ignore[operator]
+        rest = report.top.skipped + report.deep.skipped - len(skips)
         if rest > 0:
             out(f"  ... and {rest} more skipped (the first {len(skips)} are named)")
     return 0 if report.ok else 1
