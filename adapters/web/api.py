@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
+from bridge.engine.prompts import settled_note
 from bridge.model import Inbound
 from bridge.ports import AdapterContext, PressStatus, SubmitStatus
 from bridge.store import StoreError, StoreFull
@@ -122,8 +123,7 @@ class ThreadApi:
             if e.role == "prompt" and e.choices and e.reply_id is not None:
                 prompt = await self.ctx.store.get_prompt(choice_key(str(e.choices[0]["token"])))
                 if prompt is None or prompt.state != "pending":
-                    state = prompt.state if prompt else "expired"
-                    settled[e.reply_id] = "✅ answered" if state == "answered" else "⌛ expired"
+                    settled[e.reply_id] = settled_note(prompt)
         messages: list[dict[str, Any]] = [
             {
                 "role": e.role,

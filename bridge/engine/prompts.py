@@ -275,6 +275,21 @@ def unanswered_text(record: PromptRecord, waited_s: float, room: int = DEFAULT_R
     return f"{shown}\n\n{_unanswered_line(waited_s, told)}"
 
 
+def settled_note(record: PromptRecord | None) -> str:
+    """What became of a prompt whose buttons are gone, for a surface that shows it under the
+    question when the thread is read (the web chat): which choice was made, never a secret's
+    value. ``None``: the prompt is no longer in the store (expired long ago)."""
+    if record is None or record.state == "expired":
+        return "⌛ expired"
+    answer = record.answer or {}
+    if record.kind == "approval":
+        return "✅ approved" if answer.get("approved") else "❌ rejected"
+    if record.kind == "input":
+        response = str(answer.get("response") or "")
+        return f"✅ answered: {_clip(response, NAME_MAX)}" if response else "⏭ skipped"
+    return "⏭ declined" if answer.get("declined") else "✅ secret sent"
+
+
 def resolved_text(record: PromptRecord, code: str, actor_name: str, text: str | None) -> str:
     p = record.payload
     if record.kind == "approval":

@@ -138,6 +138,25 @@ async def test_a_button_is_pressed_only_through_its_own_thread(env: dict[str, st
         assert "the tool was approved" in answer
 
 
+async def test_a_settled_prompt_says_which_choice_was_made(env: dict[str, str]) -> None:
+    """Read back after its press, an approval says Approved or Rejected, not only that it
+    was answered (a person scrolling back sees what was chosen)."""
+    async with running_gateway(env) as (_, client):
+        for n, (label, note, verdict) in enumerate(
+            [("Approve", "✅ approved", "approved"), ("Reject", "❌ rejected", "rejected")], 1
+        ):
+            await client.post("chosen", "approve")
+            prompt = (await client.wait_role("chosen", "prompt", n))[n - 1]
+            token = next(c["token"] for c in prompt["choices"] if c["label"] == label)
+            status, body = await client.press("chosen", token, "ada")
+            assert status == 200, body
+            answer = (await client.wait_role("chosen", "assistant", n))[n - 1]["text"]
+            assert f"the tool was {verdict}" in answer, answer
+            shown = [m for m in await client.messages("chosen") if m["role"] == "prompt"][n - 1]
+            assert shown["text"].endswith(f"_{note}_"), shown["text"]
+            assert not shown["choices"], shown
+
+
 async def test_the_bearer_scheme_is_case_insensitive(env: dict[str, str]) -> None:
     env["JAZZ_BRIDGE_WEB__TOKEN"] = WEB_TOKEN
     async with running_gateway(env) as (_, client):

@@ -3,10 +3,12 @@ the room every surface gives it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from markdown_it import MarkdownIt
 
-from bridge.engine.prompts import PromptRecord, message_for, resolved_text
+from bridge.engine.prompts import PromptRecord, message_for, resolved_text, settled_note
 
 md = MarkdownIt("commonmark")
 
@@ -80,3 +82,20 @@ def test_a_settled_prompt_fits_every_surface() -> None:
 def utf16(text: str) -> int:
     """Length in UTF-16 code units, as Telegram counts."""
     return len(text.encode("utf-16-le")) // 2
+
+
+def test_a_settled_prompt_names_the_choice_and_never_a_secret() -> None:
+    asked = approval("x")
+    answered = dataclasses.replace(asked, state="answered")
+    assert settled_note(dataclasses.replace(answered, answer={"approved": True})) == "✅ approved"
+    assert settled_note(dataclasses.replace(answered, answer={"approved": False})) == "❌ rejected"
+    question = dataclasses.replace(answered, kind="input", payload={"question": "Which?"})
+    assert settled_note(dataclasses.replace(question, answer={"response": "blue"})) == (
+        "✅ answered: blue"
+    )
+    assert settled_note(dataclasses.replace(question, answer={"response": ""})) == "⏭ skipped"
+    secret = dataclasses.replace(answered, kind="secret", answer={"requestId": "r"})
+    assert settled_note(secret) == "✅ secret sent"  # the value is never stored nor shown
+    assert settled_note(dataclasses.replace(secret, answer={"declined": True})) == "⏭ declined"
+    assert settled_note(dataclasses.replace(asked, state="expired")) == "⌛ expired"
+    assert settled_note(None) == "⌛ expired"
