@@ -1,8 +1,9 @@
 """The web chat page in headless Chromium (Debian's), driven by Playwright, the real gateway
 in process: send a message, see progress, press an approval button, read the answer; the
 page refused without the token when one is set, and never shown in another site's frame
-(clickjacking); a message the gateway did NOT store (it stops, its disk is full) stays in
-the text box, not lost; a refused press shows why (the refusal's reason, not "error 507").
+(clickjacking); an empty thread says what to try; a message the gateway did NOT store (it
+stops, its disk is full) stays in the text box, not lost; a refused press shows why (the
+refusal's reason, not "error 507").
 
 The full-disk test puts the state directory on a small tmpfs that is filled (root only)."""
 
@@ -58,6 +59,33 @@ async def test_send_see_progress_approve_and_read_the_answer(
                 "the tool was approved", timeout=15_000
             )
             await page.screenshot(path=str(tmp_path / "answer.png"))
+        finally:
+            await browser.close()
+
+
+async def test_an_empty_thread_says_what_to_try(env: dict[str, str], tmp_path: Path) -> None:
+    """A new thread shows what it is and things to try; a click puts one in the box (nothing
+    sent until the person sends it), and the hint is gone once the thread has a message."""
+    from playwright.async_api import async_playwright, expect
+
+    async with running_gateway(env) as (app, client), async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
+        )
+        try:
+            page = await browser.new_page()
+            await page.goto(f"http://127.0.0.1:{app.port}/?thread=fresh&user=ada")
+            hint = page.locator(".hint")
+            await expect(hint).to_contain_text("Nothing in thread \u201cfresh\u201d yet")
+            await page.screenshot(path=str(tmp_path / "empty.png"))
+            await hint.get_by_role("button", name="What can you do?").click()
+            await expect(page.locator("#text")).to_have_value("What can you do?")
+            assert await client.messages("fresh") == []  # a click alone sends nothing
+            await page.click("#send-button")
+            await expect(page.locator(".msg.assistant")).to_contain_text(
+                "fake answer to: What can you do?", timeout=15_000
+            )
+            await expect(hint).to_have_count(0)
         finally:
             await browser.close()
 
