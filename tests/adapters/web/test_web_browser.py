@@ -16,7 +16,7 @@ import aiohttp
 import full_disk_support as full_disk
 import pytest
 from accounts_support import remove_accounts
-from browser_support import BROWSER, CHROMIUM, LAUNCH_ARGS
+from browser_support import BROWSER, chromium_page
 from web_support import gateway_env, running_gateway
 
 pytestmark = BROWSER
@@ -35,59 +35,45 @@ def env(tmp_path: Path, fake_dir: Path, uid_range: tuple[int, int]) -> Iterator[
 async def test_send_see_progress_approve_and_read_the_answer(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
-    async with running_gateway(env) as (app, _client), async_playwright() as pw:
-        browser = await pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
+    async with running_gateway(env) as (app, _client), chromium_page() as page:
+        await page.goto(f"http://127.0.0.1:{app.port}/?thread=browser&user=ada")
+        await page.fill("#text", "please approve this")
+        await page.click("#send-button")
+        await expect(page.locator(".msg.user")).to_contain_text("please approve this")
+        # the run waits for the approval: the progress bubble shows it still working
+        await expect(page.locator(".msg.status[data-live='1']")).to_contain_text(
+            "waiting for you", timeout=15_000
         )
-        try:
-            page = await browser.new_page()
-            await page.goto(f"http://127.0.0.1:{app.port}/?thread=browser&user=ada")
-            await page.fill("#text", "please approve this")
-            await page.click("#send-button")
-            await expect(page.locator(".msg.user")).to_contain_text("please approve this")
-            # the run waits for the approval: the progress bubble shows it still working
-            await expect(page.locator(".msg.status[data-live='1']")).to_contain_text(
-                "waiting for you", timeout=15_000
-            )
-            approve = page.get_by_role("button", name="Approve", exact=True)
-            await expect(approve).to_be_visible(timeout=15_000)
-            await page.screenshot(path=str(tmp_path / "prompt.png"))
-            await approve.click()
-            await expect(page.locator(".msg.assistant")).to_contain_text(
-                "the tool was approved", timeout=15_000
-            )
-            await page.screenshot(path=str(tmp_path / "answer.png"))
-        finally:
-            await browser.close()
+        approve = page.get_by_role("button", name="Approve", exact=True)
+        await expect(approve).to_be_visible(timeout=15_000)
+        await page.screenshot(path=str(tmp_path / "prompt.png"))
+        await approve.click()
+        await expect(page.locator(".msg.assistant")).to_contain_text(
+            "the tool was approved", timeout=15_000
+        )
+        await page.screenshot(path=str(tmp_path / "answer.png"))
 
 
 async def test_an_empty_thread_says_what_to_try(env: dict[str, str], tmp_path: Path) -> None:
     """A new thread shows what it is and things to try; a click puts one in the box (nothing
     sent until the person sends it), and the hint is gone once the thread has a message."""
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
-    async with running_gateway(env) as (app, client), async_playwright() as pw:
-        browser = await pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
+    async with running_gateway(env) as (app, client), chromium_page() as page:
+        await page.goto(f"http://127.0.0.1:{app.port}/?thread=fresh&user=ada")
+        hint = page.locator(".hint")
+        await expect(hint).to_contain_text("Nothing in thread \u201cfresh\u201d yet")
+        await page.screenshot(path=str(tmp_path / "empty.png"))
+        await hint.get_by_role("button", name="What can you do?").click()
+        await expect(page.locator("#text")).to_have_value("What can you do?")
+        assert await client.messages("fresh") == []  # a click alone sends nothing
+        await page.click("#send-button")
+        await expect(page.locator(".msg.assistant")).to_contain_text(
+            "fake answer to: What can you do?", timeout=15_000
         )
-        try:
-            page = await browser.new_page()
-            await page.goto(f"http://127.0.0.1:{app.port}/?thread=fresh&user=ada")
-            hint = page.locator(".hint")
-            await expect(hint).to_contain_text("Nothing in thread \u201cfresh\u201d yet")
-            await page.screenshot(path=str(tmp_path / "empty.png"))
-            await hint.get_by_role("button", name="What can you do?").click()
-            await expect(page.locator("#text")).to_have_value("What can you do?")
-            assert await client.messages("fresh") == []  # a click alone sends nothing
-            await page.click("#send-button")
-            await expect(page.locator(".msg.assistant")).to_contain_text(
-                "fake answer to: What can you do?", timeout=15_000
-            )
-            await expect(hint).to_have_count(0)
-        finally:
-            await browser.close()
+        await expect(hint).to_have_count(0)
 
 
 async def test_the_page_refuses_without_the_token_when_one_is_set(
@@ -113,67 +99,44 @@ async def test_the_page_refuses_without_the_token_when_one_is_set(
 async def test_another_site_cannot_frame_the_chat(env: dict[str, str]) -> None:
     """Clickjacking: a page the person visits frames the chat (their thread and name are in
     the URL) under a decoy and gets the click that approves a pending tool."""
-    from playwright.async_api import async_playwright
-
-    async with running_gateway(env) as (app, _client), async_playwright() as pw:
-        browser = await pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            page = await browser.new_page()
-            chat = f"http://127.0.0.1:{app.port}/?thread=demo&user=ada"
-            await page.set_content(f'<iframe src="{chat}"></iframe>', wait_until="load")
-            (frame,) = [f for f in page.frames if f != page.main_frame]
-            assert await frame.locator("#send-button").count() == 0, "the chat showed in a frame"
-        finally:
-            await browser.close()
+    async with running_gateway(env) as (app, _client), chromium_page() as page:
+        chat = f"http://127.0.0.1:{app.port}/?thread=demo&user=ada"
+        await page.set_content(f'<iframe src="{chat}"></iframe>', wait_until="load")
+        (frame,) = [f for f in page.frames if f != page.main_frame]
+        assert await frame.locator("#send-button").count() == 0, "the chat showed in a frame"
 
 
 async def test_a_message_refused_while_the_gateway_stops_stays_in_the_box(
     env: dict[str, str],
 ) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
-    async with running_gateway(env) as (app, client), async_playwright() as pw:
-        browser = await pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
-        )
-        try:
-            page = await browser.new_page()
-            await page.goto(f"http://127.0.0.1:{app.port}/?thread=lost&user=ada")
-            await expect(page.locator("#state")).to_have_text("connected", timeout=15_000)
-            # the first step of GatewayApp.stop(): intake closes (a restart, an upgrade)
-            assert app.engine is not None
-            app.engine.stopping = True
-            await page.fill("#text", TYPED)
-            async with page.expect_response(lambda r: r.request.method == "POST") as answer:
-                await page.click("#send-button")
-            assert (await answer.value).status == 503  # "NOT stored; try again shortly"
-            await expect(page.locator("#toast")).to_contain_text("shutting down", timeout=5_000)
-            assert await client.messages("lost") == []  # really not stored
-            await expect(page.locator("#text")).to_have_value(TYPED, timeout=2_000)
-        finally:
-            await browser.close()
+    async with running_gateway(env) as (app, client), chromium_page() as page:
+        await page.goto(f"http://127.0.0.1:{app.port}/?thread=lost&user=ada")
+        await expect(page.locator("#state")).to_have_text("connected", timeout=15_000)
+        # the first step of GatewayApp.stop(): intake closes (a restart, an upgrade)
+        assert app.engine is not None
+        app.engine.stopping = True
+        await page.fill("#text", TYPED)
+        async with page.expect_response(lambda r: r.request.method == "POST") as answer:
+            await page.click("#send-button")
+        assert (await answer.value).status == 503  # "NOT stored; try again shortly"
+        await expect(page.locator("#toast")).to_contain_text("shutting down", timeout=5_000)
+        assert await client.messages("lost") == []  # really not stored
+        await expect(page.locator("#text")).to_have_value(TYPED, timeout=2_000)
 
 
 async def test_a_refused_press_shows_why(env: dict[str, str], tiny_state: Path) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
-    async with running_gateway(env) as (app, client), async_playwright() as pw:
-        browser = await pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
-        )
-        try:
-            page = await browser.new_page()
-            await page.goto(f"http://127.0.0.1:{app.port}/?thread=full&user=ada")
-            await page.fill("#text", "please approve this")
-            await page.click("#send-button")
-            approve = page.get_by_role("button", name="Approve", exact=True)
-            await expect(approve).to_be_visible(timeout=15_000)
-            filler = full_disk.fill(tiny_state)
-            await full_disk.refuses_writes(client)
-            await approve.click()
-            await expect(page.locator("#toast")).to_contain_text("disk is full", timeout=10_000)
-            filler.unlink()
-        finally:
-            await browser.close()
+    async with running_gateway(env) as (app, client), chromium_page() as page:
+        await page.goto(f"http://127.0.0.1:{app.port}/?thread=full&user=ada")
+        await page.fill("#text", "please approve this")
+        await page.click("#send-button")
+        approve = page.get_by_role("button", name="Approve", exact=True)
+        await expect(approve).to_be_visible(timeout=15_000)
+        filler = full_disk.fill(tiny_state)
+        await full_disk.refuses_writes(client)
+        await approve.click()
+        await expect(page.locator("#toast")).to_contain_text("disk is full", timeout=10_000)
+        filler.unlink()
