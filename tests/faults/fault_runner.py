@@ -158,12 +158,19 @@ def main() -> int:
             os.open(os.path.join(FAKE_DIR, "chain.fifo"), os.O_WRONLY | os.O_NONBLOCK)
         except OSError:
             pass  # no test reading it
+        noted_r, noted_w = os.pipe()  # the answer waits for the note: no sweep can beat it
         if os.fork() == 0:
+            os.close(noted_r)
             os.setsid()
             note(event="chain")  # its session is every generation's
+            os.write(noted_w, b"1")
+            os.close(noted_w)
             while True:
                 if os.fork() != 0:
                     os._exit(0)
+        os.close(noted_w)
+        os.read(noted_r, 1)  # the note is written (or the child died: end of file)
+        os.close(noted_r)
         out.write(envelope("answered, a fork chain left behind") + "\n")
         out.flush()
         return 0
