@@ -29,6 +29,7 @@ from bridge import rules
 from bridge.errors import AdapterError
 from bridge.ports import AdapterContext, SubmitStatus
 
+from .api import BotApi
 from .beside import Beside
 from .inbound import Rules, normalize_ids
 from .intake import UpdateIntake
@@ -63,18 +64,22 @@ class TelegramAdapter:
         if s.token is None:
             raise AdapterError("telegram.token is not set")
         self.mode = s.resolved_mode
+        self._updates_request = AiohttpRequest(pool_size=1, proxy=env_proxy(s.api_url))
         self.application: Application[Any, Any, Any, Any, Any, Any] = (
             ApplicationBuilder()
             .token(s.token.get_secret_value())
             .base_url(s.api_url)
             .base_file_url(s.resolved_file_url)
             .request(AiohttpRequest(pool_size=SEND_POOL, proxy=env_proxy(s.api_url)))
-            .get_updates_request(AiohttpRequest(pool_size=1, proxy=env_proxy(s.api_url)))
+            .get_updates_request(self._updates_request)
             .updater(None)
             .build()
         )
         self.bot = self.application.bot
-        self._surface = TelegramSurface(self.bot, min_interval_s=s.min_send_interval_s)
+        self._api = BotApi(self.bot, updates_request=self._updates_request)
+        self._surface = TelegramSurface(
+            self.bot, min_interval_s=s.min_send_interval_s, api=self._api
+        )
         self.rules: Rules | None = None
         self._initialized = False
         # set at stop: ends the webhook registrar's and the offset writer's pauses
@@ -138,6 +143,8 @@ class TelegramAdapter:
             self._polling = Polling(
                 self.ctx,
                 self.bot,
+                self._api,
+                self._updates_request,
                 offset_key=self._kv("offset"),
                 stopped=self._stopped,
                 process=self.process,

@@ -12,18 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from telegram import Bot, Update
 from telegram.error import Conflict, InvalidToken, RetryAfter, TelegramError
-from telegram.warnings import PTBUserWarning
+from telegram.request import BaseRequest
 
 from bridge.ports import AdapterContext, SubmitStatus
 from bridge.store import StoreError
 
 from . import guard
+from .api import BotApi
 from .calls import retry_seconds
 from .intake import ALLOWED_UPDATES
 
@@ -42,6 +42,8 @@ class Polling:
         self,
         ctx: AdapterContext,
         bot: Bot,
+        api: BotApi,
+        updates_request: BaseRequest,
         *,
         offset_key: str,
         stopped: asyncio.Event,
@@ -50,6 +52,8 @@ class Polling:
     ) -> None:
         self.ctx = ctx
         self._bot = bot
+        self._api = api  # getUpdates, answered as JSON
+        self._updates_request = updates_request  # its connection: the read timeout's base
         self._offset_key = offset_key  # the store's kv key of the offset
         self._stopped = stopped  # set by the adapter's stop
         self._process = process
@@ -57,7 +61,7 @@ class Polling:
         self._poller: asyncio.Task[None] | None = None
         self._offset_writer: asyncio.Task[None] | None = None
         self._offset_due: int | None = None
-        self._unreadable: dict[int, str] = {}  # polled updates PTB cannot build (_get_updates)
+        self._unreadable: dict[int, str] = {}  # polled updates refused or unbuilt (_built)
         self.error: str | None = None  # what stopped or holds up polling, for /healthz
 
     def start(self) -> None:
@@ -137,28 +141,22 @@ class Polling:
                 await asyncio.sleep(backoff)  # a failed write: fetched again after a pause
 
     async def _get_updates(self, offset: int | None) -> Sequence[Update]:
-        """One ``getUpdates`` batch. PTB builds the batch as a whole, and one update it cannot
-        build (a poll from a Bot API server older than its own, say) failed the batch, every
-        time it was fetched again: polling stopped for good. Such a batch is fetched again
-        as JSON and built one update at a time; an update that cannot be built stands in as
-        its bare id, passed by ``_well_formed`` (logged and counted), so the offset moves on.
+        """One ``getUpdates`` batch, read as JSON and built one update at a time.
+
+        Each update is checked as the webhook checks its body (:func:`guard.problem`) and
+        built by PTB once (:mod:`.api` says why not through ``Bot.get_updates``). Built as a
+        whole batch, one update PTB cannot build (a poll from a Bot API server newer than
+        PTB, say) failed the batch every time it was fetched again: polling stopped for
+        good. An update that cannot be built stands in as its bare id, passed by
+        ``_well_formed`` (logged and counted), so the offset moves on.
         """
-        try:
-            return await self._bot.get_updates(
-                offset=offset,
-                timeout=self.ctx.settings.poll_timeout_s,
-                allowed_updates=ALLOWED_UPDATES,
-            )
-        except (TelegramError, OSError):
-            raise
-        except Exception as exc:  # a parse failure: the updates are Telegram's still
-            log.warning("telegram: a polled update cannot be read (%s); reading each alone", exc)
-        with warnings.catch_warnings():  # PTB's "use Bot.get_updates": this is its fallback
-            warnings.simplefilter("ignore", PTBUserWarning)
-            raw = await self._bot.do_api_request(
-                "getUpdates",
-                api_kwargs={"offset": offset, "timeout": 0, "allowed_updates": ALLOWED_UPDATES},
-            )
+        timeout = self.ctx.settings.poll_timeout_s
+        read_timeout = (self._updates_request.read_timeout or 0) + timeout
+        raw = await self._api.call(
+            "getUpdates",
+            {"offset": offset, "timeout": timeout, "allowed_updates": ALLOWED_UPDATES},
+            read_timeout=read_timeout,
+        )
         items = raw if isinstance(raw, list) else []
         return [
             self._built(item)
@@ -244,12 +242,7 @@ class Polling:
     def _well_formed(self, update: Update) -> bool:
         """The webhook's check (guard.problem) for a polled update: one it would refuse with
         a 400 (a lone surrogate no store can keep, say) is logged, counted and passed."""
-        try:
-            problem = self._unreadable.pop(update.update_id, None) or guard.problem(
-                update.to_dict()
-            )
-        except Exception as exc:  # what PTB made of it cannot be read back: not an update
-            problem = f"cannot be read back ({exc!r})"
+        problem = self._unreadable.pop(update.update_id, None)  # noted by _built
         if problem is None:
             return True
         log.warning("telegram: polled update %d skipped: %s", update.update_id, problem)

@@ -37,8 +37,6 @@ from telegram import (
     Bot,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
-    LinkPreviewOptions,
-    ReplyParameters,
 )
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, TelegramError
@@ -46,6 +44,7 @@ from telegram.error import BadRequest, TelegramError
 from bridge.model import Attachment, Choice, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import Capabilities, DeliveryError
 
+from .api import BotApi
 from .calls import BotCalls
 from .files import TelegramFiles, file_refused, refused_note
 from .render import MAX_MESSAGE, Part, first_part, render, utf16_len
@@ -54,6 +53,7 @@ log = logging.getLogger(__name__)
 
 MAX_CALLBACK_DATA = 64  # bytes
 MAX_PARTIAL = 1000  # replies whose parts are remembered across retries
+NO_PREVIEW = {"is_disabled": True}  # link_preview_options: an answer's links stay links
 
 
 def _entity_error(exc: BadRequest) -> bool:
@@ -133,8 +133,10 @@ class TelegramSurface:
         edit_interval_s=2.0,
     )
 
-    def __init__(self, bot: Bot, *, min_interval_s: float = 1.0) -> None:
+    def __init__(self, bot: Bot, *, min_interval_s: float = 1.0, api: BotApi | None = None) -> None:
         self.bot = bot
+        # sends and edits whose answer is read as JSON (:mod:`.api`)
+        self.api = api or BotApi(bot)
         self.calls = BotCalls(min_interval_s)  # pacing, the cooldown, the chats' current ids
         self.files = TelegramFiles(bot, self.calls)
         self._partial: dict[str, dict[int, int]] = {}  # reply key -> part -> message id
@@ -263,20 +265,22 @@ class TelegramSurface:
         markup: InlineKeyboardMarkup | None,
         reply_to: int | None,
     ) -> int:
-        kwargs: dict[str, Any] = {
+        params: dict[str, Any] = {
             "message_thread_id": thread,
             "reply_markup": markup,
-            "link_preview_options": LinkPreviewOptions(is_disabled=True),
+            "link_preview_options": NO_PREVIEW,
         }
         if reply_to is not None:
-            kwargs["reply_parameters"] = ReplyParameters(
-                message_id=reply_to, allow_sending_without_reply=True
-            )
+            params["reply_parameters"] = {
+                "message_id": reply_to,
+                "allow_sending_without_reply": True,
+            }
         try:
-            sent = await self.calls.in_chat(
+            return await self.calls.in_chat(
                 chat,
-                lambda c: self.bot.send_message(
-                    chat_id=c, text=part.text, entities=list(part.entities) or None, **kwargs
+                lambda c: self.api.message_id(
+                    "sendMessage",
+                    {"chat_id": c, "text": part.text, "entities": part.entities or None, **params},
                 ),
             )
         except BadRequest as exc:
@@ -284,14 +288,16 @@ class TelegramSurface:
                 raise self.calls.map(exc) from exc
             log.warning("Telegram refused the formatting (%s); resending as plain text", exc)
             try:
-                sent = await self.calls.in_chat(
-                    chat, lambda c: self.bot.send_message(chat_id=c, text=plain, **kwargs)
+                return await self.calls.in_chat(
+                    chat,
+                    lambda c: self.api.message_id(
+                        "sendMessage", {"chat_id": c, "text": plain, **params}
+                    ),
                 )
             except TelegramError as exc2:
                 raise self.calls.map(exc2) from exc2
         except TelegramError as exc:
             raise self.calls.map(exc) from exc
-        return sent.message_id
 
     async def edit(self, target: ReplyTarget, ref: str, message: Outgoing) -> None:
         await self.edit_message(*parse_ref(ref), message)
@@ -331,13 +337,16 @@ class TelegramSurface:
         try:
             await self.calls.in_chat(
                 chat,
-                lambda c: self.bot.edit_message_text(
-                    text=part.text,
-                    chat_id=c,
-                    message_id=message_id,
-                    entities=list(part.entities) or None,
-                    reply_markup=markup,
-                    link_preview_options=LinkPreviewOptions(is_disabled=True),
+                lambda c: self.api.call(
+                    "editMessageText",
+                    {
+                        "chat_id": c,
+                        "message_id": message_id,
+                        "text": part.text,
+                        "entities": part.entities or None,
+                        "reply_markup": markup,
+                        "link_preview_options": NO_PREVIEW,
+                    },
                 ),
             )
         except BadRequest as exc:
@@ -348,8 +357,14 @@ class TelegramSurface:
             try:
                 await self.calls.in_chat(
                     chat,
-                    lambda c: self.bot.edit_message_text(
-                        text=part.text, chat_id=c, message_id=message_id, reply_markup=markup
+                    lambda c: self.api.call(
+                        "editMessageText",
+                        {
+                            "chat_id": c,
+                            "message_id": message_id,
+                            "text": part.text,
+                            "reply_markup": markup,
+                        },
                     ),
                 )
             except TelegramError as exc2:
