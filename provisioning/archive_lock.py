@@ -31,9 +31,10 @@ def _locks_dir(root: RootInfo) -> int:
 
 
 @contextmanager
-def home_lock(root: RootInfo, name: str, *, exclusive: bool) -> Iterator[None]:
+def home_lock(root: RootInfo, name: str, *, exclusive: bool, wait: bool = True) -> Iterator[None]:
     """Hold home ``name``'s lock: exclusive to archive or restore it, shared to build it or
-    start a run in it. Homes other than ``name`` are not held up."""
+    start a run in it. Homes other than ``name`` are not held up. With ``wait=False`` a lock
+    held the other way raises :class:`BlockingIOError` at once instead of waiting."""
     lock_name = root.layout.home(name).name  # refuses a name that is not a home's
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:  # state/ is the gateway's own (2750): no conversation can plant a link in it
@@ -45,7 +46,8 @@ def home_lock(root: RootInfo, name: str, *, exclusive: bool) -> Iterator[None]:
         finally:
             os.close(dir_fd)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
         yield
     finally:
         os.close(fd)

@@ -134,7 +134,10 @@ class EngineCore:
         # Once per conversation per process, again when the home was archived since (the
         # run is recorded as started by now, so it cannot be archived under us after this).
         home = self._homes.get(msg.conversation_id)
-        if home is None or not await asyncio.to_thread(self.homes.present, home):
+        present = None if home is None else self.homes.present_now(home)
+        if home is not None and present is None:  # being archived or restored: wait for it
+            present = await asyncio.to_thread(self.homes.present, home)
+        if home is None or not present:
             home = await asyncio.to_thread(self.homes.ensure, msg.thread_key)
             await self.count_accounts()
         remember(self._homes, msg.conversation_id, home)

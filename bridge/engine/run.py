@@ -34,6 +34,9 @@ from .texts import SHUTDOWN_TEXT, failure_text
 log = logging.getLogger(__name__)
 
 
+# an answer this short is split on the loop: it fits one part, and the check took ~3 us
+# where a hand-off to a thread took ~100 (a long one needing a split takes ~1 ms and more)
+INLINE_SPLIT_CHARS = 2000
 # the outcomes /metrics counts runs by: the runner contract's failure codes and the
 # gateway's own; any other code a runner prints is counted as "other" (the log and the
 # stored outcome keep it)
@@ -208,9 +211,13 @@ class Running(Commanding):
                 )
             if not bubble:
                 body = f"{closed(body)}\n\n_{line}_"
-            # off the loop: a long answer takes a while to parse and split
+            # off the loop: a long answer takes a while to parse and split (a short one is
+            # split in less time than a hand-off to a thread takes)
             unit = surface.capabilities.length_unit if surface else "characters"
-            parts = await asyncio.to_thread(split_markdown, body, limit - 16, unit)
+            if len(body) <= INLINE_SPLIT_CHARS:
+                parts = split_markdown(body, limit - 16, unit)
+            else:
+                parts = await asyncio.to_thread(split_markdown, body, limit - 16, unit)
             for i, part in enumerate(parts):
                 out = Outgoing(ReplyKind.ANSWER, part, continues=i > 0)
                 replies.append(self._reply(msg, f"answer:{msg.id}:{i}", out))

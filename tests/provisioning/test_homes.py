@@ -6,6 +6,7 @@ from __future__ import annotations
 import grp
 import json
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from home_support import NOBODY, as_nobody, as_uid, mode, owner
 
 from provisioning import naming
 from provisioning.accounts import AccountRegistry
+from provisioning.archive_lock import home_lock
 from provisioning.errors import UnsafePathError
 from provisioning.homes import Home, Homes
 from provisioning.layout import init_root
@@ -208,3 +210,21 @@ def test_an_acl_on_a_home_is_removed_by_the_next_ensure_and_by_repair(
             assert as_uid(b.account.uid, b.account.gid, "ls", str(a.path)).returncode != 0
             Homes(info, isolated=True, registry=registry).ensure("web:acl-a")
             _check(operator_group, a, b)
+
+
+def test_present_now_answers_at_once_and_steps_aside_while_the_home_is_locked(
+    tmp_path: Path,
+) -> None:
+    """A turn asks without a thread: the answer now, or None while an archive or a restore
+    holds the home's lock (the turn then waits for it in ``present``)."""
+    info = init_root(tmp_path / "r")
+    homes = Homes(info, isolated=False)
+    home = homes.ensure("web:demo")
+    assert homes.present_now(home) is True
+    with home_lock(info, home.name, exclusive=True):  # as an archive of it holds it
+        assert homes.present_now(home) is None
+    with home_lock(info, home.name, exclusive=False):  # another run starting: no wait
+        assert homes.present_now(home) is True
+    shutil.rmtree(home.path)  # archived
+    assert homes.present_now(home) is False
+    assert homes.present(home) is False
