@@ -149,6 +149,7 @@ class Asking(Replies):
         if reply_id is None or surface is None or not (caps and caps.buttons and caps.edit):
             return
         try:
+            await self.deliverer.marked(run.message.conversation_id)  # its ref is on disk
             reply = await self.store.get_reply(reply_id)
             if reply is None or reply.platform_ref is None:
                 return  # never shown

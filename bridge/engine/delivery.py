@@ -7,7 +7,9 @@ may have landed without its mark (one found at start, or retried after a failure
 request may have gone through) is first looked up on a surface that can tell
 (``Capabilities.confirm_delivery``, :class:`~bridge.ports.ConfirmsDelivery`): found, it is
 marked sent with that reference and not sent again (exactly once); elsewhere it is sent
-again (at least once). Retries are counted as ``sending``.
+again (at least once). Retries are counted as ``sending``. The mark of a delivery's last
+reply is written with the store's next write (:meth:`Deliverer._mark_sent`), not waited for
+by the turn; the conversation's next delivery, and the gateway's stop, wait for it.
 A reply's state is recorded through the shared :class:`~bridge.store.StoreRetry`: a
 store that cannot write for a while (a full disk) is waited out while the conversation's
 later replies wait behind this one, so none overtakes another, none is stranded and none
@@ -83,6 +85,8 @@ class Deliverer:
         self._done: set[int] = set()  # delivered in this process (guards a repeated call)
         # conversation -> why its chat takes no more messages (see the module docstring)
         self._gone: OrderedDict[int, str] = OrderedDict()
+        # conversation -> the "sent" mark of its last reply, still on its way to the disk
+        self._marking: dict[int, asyncio.Task[None]] = {}
         self.closing = False
 
     @property
@@ -150,12 +154,18 @@ class Deliverer:
     ) -> set[int]:
         missed: set[int] = set()
         async with self._in_order(conversation_id):
-            for rec in records:
+            marking = self._marking.pop(conversation_id, None)
+            if marking is not None:  # the last reply's mark is written before the next goes
+                await marking
+            for i, rec in enumerate(records):
                 # records come straight from the store's write (or its recovery query), so
                 # their state is current; one already sent is never sent again
                 if rec.id in self._done or rec.state is ReplyState.SENT:
                     continue
-                if rec.state is ReplyState.FAILED or not await self._deliver_one(rec, in_doubt):
+                last = i == len(records) - 1
+                if rec.state is ReplyState.FAILED or not await self._deliver_one(
+                    rec, in_doubt, last=last
+                ):
                     missed.add(rec.id)
                     continue
                 self._done.add(rec.id)
@@ -163,8 +173,11 @@ class Deliverer:
                     self._done.clear()
         return missed
 
-    async def _deliver_one(self, rec: ReplyRecord, in_doubt: bool) -> bool:
-        """Send one reply; True once it is on the platform (sent, or found there)."""
+    async def _deliver_one(self, rec: ReplyRecord, in_doubt: bool, *, last: bool) -> bool:
+        """Send one reply; True once it is on the platform (sent, or found there).
+
+        The "sent" mark of a conversation's ``last`` reply of a delivery is not waited for
+        here (:meth:`_mark_sent`): it shares the commit of the store's next write."""
         surface = self.surfaces.get(rec.target.surface)
         if surface is None:
             log.warning(
@@ -247,7 +260,10 @@ class Deliverer:
                 return False
             else:
                 self._maybe_twice(rec, blind)
-                await self._mark(rec, ReplyState.SENT, platform_ref=ref)
+                if last and not self.closing:
+                    self._mark_sent(rec, ref)
+                else:
+                    await self._mark(rec, ReplyState.SENT, platform_ref=ref)
                 self.metrics.replies.labels(rec.target.surface, "sent").inc()
                 return True
             if self.closing:
@@ -313,12 +329,70 @@ class Deliverer:
         *,
         platform_ref: str | None = None,
         error: str | None = None,
+        soon: bool = False,
     ) -> None:
         """Record a reply's state; a store error never escapes (see the module docstring)."""
         mark = functools.partial(
-            self.store.mark_reply, rec.id, state, platform_ref=platform_ref, error=error
+            self.store.mark_reply,
+            rec.id,
+            state,
+            platform_ref=platform_ref,
+            error=error,
+            soon=soon,
         )
         await self.retry.run(mark, f"reply {rec.id} to {rec.target.thread_key} ({state.value})")
+
+    def _mark_sent(self, rec: ReplyRecord, ref: str) -> None:
+        """Mark ``rec`` sent in a tracked task, with the store's next write (``soon``).
+
+        Why: a conversation answered one message at a time made a commit (and its disk
+        flush) of its own for each answer's mark, the turn waiting on it. The order of the
+        conversation's replies still holds: its next delivery waits for this mark first
+        (:meth:`_deliver_conv`), so a store that cannot write still holds the replies
+        behind it, and :meth:`settle` writes the marks before the store closes. A gateway
+        killed before the mark reached the disk sends the reply again at start (in doubt,
+        as for one killed between the send and an awaited mark).
+        """
+
+        async def mark() -> None:
+            try:
+                await self._mark(rec, ReplyState.SENT, platform_ref=ref, soon=True)
+            except Exception:
+                log.exception("reply %d: its sent mark was not written", rec.id)
+
+        conversation_id = rec.conversation_id
+        task = asyncio.create_task(mark(), name=f"sent-{rec.id}")
+        self._marking[conversation_id] = task
+
+        def forget(done: asyncio.Task[None]) -> None:  # one entry per mark on its way only
+            if self._marking.get(conversation_id) is done:
+                del self._marking[conversation_id]
+
+        task.add_done_callback(forget)
+
+    async def marked(self, conversation_id: int) -> None:
+        """Wait until the conversation's replies sent are marked so (a caller about to read
+        one back, its ``platform_ref`` say)."""
+        marking = self._marking.get(conversation_id)
+        if marking is not None:
+            await asyncio.shield(marking)
+
+    async def settle(self) -> None:
+        """Wait until every reply sent is marked so (before the store closes)."""
+        while self._marking:
+            await asyncio.gather(*self._marking.values())
+            self._marking = {c: t for c, t in self._marking.items() if not t.done()}
+
+    async def abandon(self, timeout_s: float) -> None:
+        """:meth:`settle` for at most ``timeout_s``, then cancel the marks left: their
+        replies are sent again, in doubt, at the next start."""
+        marks = list(self._marking.values())
+        if marks:
+            _done, left = await asyncio.wait(marks, timeout=timeout_s)
+            for task in left:
+                task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
+        self._marking.clear()
 
     async def _failed(self, rec: ReplyRecord, error: str) -> None:
         log.error("reply %d to %s could not be delivered: %s", rec.id, rec.target.thread_key, error)

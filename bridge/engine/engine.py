@@ -109,6 +109,7 @@ class Engine(Recovery):
         for task in [*workers, *self._tasks]:
             task.cancel()
         await asyncio.gather(*workers, *list(self._tasks), return_exceptions=True)
+        await self.deliverer.settle()  # the replies sent are marked so before the store closes
         await self.backend.close()
 
     async def abort(self) -> None:
@@ -128,6 +129,7 @@ class Engine(Recovery):
             _done, stuck = await asyncio.wait(left, timeout=ABORT_WAIT_S)
             for task in stuck:
                 log.error("task %s did not end when cancelled", task.get_name())
+        await self.deliverer.abandon(ABORT_WAIT_S)  # replies' sent marks, briefly
         await self._kill_cut_off_runs()
         try:
             await asyncio.wait_for(self.backend.close(), ABORT_WAIT_S)

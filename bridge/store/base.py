@@ -306,9 +306,14 @@ class Store(abc.ABC):
         *,
         platform_ref: str | None = None,
         error: str | None = None,
+        soon: bool = False,
     ) -> None:
         """Move a reply to ``state``; ``SENDING`` also counts an attempt (each time), ``SENT``
         records when. ``platform_ref`` and ``error`` are kept when not given again.
+
+        ``soon``: the write may wait a moment (tens of milliseconds) to share the commit of
+        the next write, so awaiting it takes that long; it returns, as always, once durable.
+        For a caller that does not wait on it at once.
 
         :class:`StoreError` when there is no such reply.
         """

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+SOON_S = 0.05  # how long a ``soon`` write waits for another write to share its commit
+
 
 class SqliteCore(Store):
     """The connection, its worker and the group commit (see the module docstring); the
@@ -53,6 +55,9 @@ class SqliteCore(Store):
         # group commit of every write (see _tx)
         self._group: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
         self._committer: asyncio.Task[None] | None = None
+        # writes that may wait for another to share its commit (see _tx's ``soon``)
+        self._waiting: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._waiting_timer: asyncio.TimerHandle | None = None
         self.stats = StoreStats()
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -80,7 +85,7 @@ class SqliteCore(Store):
             return StoreUnavailable(f"store {self.path}: {exc}")
         return StoreError(f"store {self.path}: {exc}")
 
-    async def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _tx(self, fn: Callable[[sqlite3.Connection], T], *, soon: bool = False) -> T:
         """Run ``fn`` as one write; writes arriving while a commit is on the disk share the next.
 
         Group commit: with ``synchronous=FULL`` every COMMIT waits for the disk, so one
@@ -89,16 +94,49 @@ class SqliteCore(Store):
         each reply sent). Each write runs in a savepoint of its own (one that fails fails
         alone); its caller hears back only after the COMMIT that holds it returned, so
         nothing is acknowledged before it is on disk.
+
+        ``soon``: the write does not start a commit of its own; it joins the next other
+        write's, or after ``SOON_S`` commits alone (and at close). For a write whose caller
+        does not wait on it (a reply's "sent" mark, awaited before that conversation's next
+        delivery): in a conversation answered one message at a time the next write comes
+        within milliseconds, so a commit and its disk flush per message are saved.
         """
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._group.append((fn, future))
-        if self._committer is None or self._committer.done():
-            self._committer = asyncio.create_task(self._commit_groups(), name="store-commit")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        if soon:
+            self._waiting.append((fn, future))
+            if self._waiting_timer is None:
+                self._waiting_timer = loop.call_later(SOON_S, self._commit_waiting)
+        else:
+            self._group.append((fn, future))
+            self._start_committer()
         return await future
 
+    def _start_committer(self) -> None:
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.create_task(self._commit_groups(), name="store-commit")
+
+    def _commit_waiting(self) -> None:
+        """Hand the waiting ``soon`` writes to a commit now (their time is up, or closing)."""
+        if self._waiting_timer is not None:
+            self._waiting_timer.cancel()
+            self._waiting_timer = None
+        if self._waiting:
+            self._start_committer()
+
+    def _take_group(
+        self,
+    ) -> list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]:
+        """The next commit's writes: the waiting ``soon`` ones first (they came earlier)."""
+        group, self._waiting, self._group = [*self._waiting, *self._group], [], []
+        if self._waiting_timer is not None:
+            self._waiting_timer.cancel()
+            self._waiting_timer = None
+        return group
+
     async def _commit_groups(self) -> None:
-        while self._group:
-            group, self._group = self._group, []
+        while self._group or self._waiting:
+            group = self._take_group()
             fns = [fn for fn, _ in group]
             try:
                 outcomes = await self._call(functools.partial(self._group_on_worker, fns=fns))
@@ -164,6 +202,8 @@ class SqliteCore(Store):
             raise
 
     async def close(self) -> None:
+        if self._waiting and self._executor is not None:
+            self._commit_waiting()
         if self._committer is not None:  # writes already handed in are committed first
             await asyncio.shield(asyncio.gather(self._committer, return_exceptions=True))
         executor, self._executor = self._executor, None

@@ -38,6 +38,7 @@ class Replies(SqliteCore):
         *,
         platform_ref: str | None = None,
         error: str | None = None,
+        soon: bool = False,
     ) -> None:
         def work(conn: sqlite3.Connection) -> None:
             sent_at = time.time() if state is ReplyState.SENT else None
@@ -60,7 +61,7 @@ class Replies(SqliteCore):
             if changed != 1:
                 raise StoreError(f"store {self.path}: no reply {reply_id}")
 
-        await self._tx(work)
+        await self._tx(work, soon=soon)
 
     async def undelivered_replies(self) -> list[ReplyRecord]:
         def work(conn: sqlite3.Connection) -> list[ReplyRecord]:

@@ -6,6 +6,7 @@ The real deliverer and SQLite store; surfaces of the tests' own fail their sends
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from bridge.metrics import Metrics
 from bridge.model import Inbound, Outgoing, ReplyKind, ReplyState, ReplyTarget
 from bridge.ports import Capabilities, DeliveryError
 from bridge.store import NewReply, ReplyRecord, SqliteStore
+from bridge.store.sqlite import core as sqlite_core
 
 
 @pytest.fixture
@@ -90,6 +92,7 @@ async def test_an_answer_outlasts_an_outage_longer_than_the_quick_tries(
     assert await deliverer.deliver([rec]) == set(), "the answer was given up"
     assert surface.landed == ["the report, summarised"]
     assert surface.tries == failures + 1
+    await deliverer.settle()  # its sent mark, written with the store's next write
     sent = await store.get_reply(rec.id)
     assert sent is not None and sent.state is ReplyState.SENT
 
@@ -231,3 +234,52 @@ async def test_a_surface_bug_fails_one_reply_and_the_next_still_goes(store: Sqli
     failed = await store.get_reply(first.id)
     assert failed is not None and failed.state is ReplyState.FAILED
     assert failed.last_error is not None and "renderer choked" in failed.last_error
+
+
+# -- the sent mark of a delivery's last reply ----------------------------------------------
+#
+# It is not waited for by the turn: it shares the commit of the store's next write (the
+# next message's intake, in a conversation answered one message at a time), so an answer
+# costs one commit fewer. The conversation's next delivery waits for it, and settle()
+# writes it before the store closes.
+
+
+class LandingSurface:
+    """Takes every send; the store's state of the reply is noted at each send."""
+
+    name = "landing"
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.store = store
+        self.capabilities = Capabilities()
+        self.landed: list[str] = []
+
+    async def send(self, target: ReplyTarget, message: Outgoing, *, reply_key: str) -> str:
+        self.landed.append(message.text)
+        return f"ref-{len(self.landed)}"
+
+
+async def test_the_last_sent_mark_rides_on_the_next_write_and_is_kept_in_order(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a mark waits this long for another write: past any pause of a loaded machine here
+    monkeypatch.setattr(sqlite_core, "SOON_S", 60.0)
+    surface = LandingSurface(store)
+    deliverer = Deliverer(store, {"landing": surface}, Metrics(), lambda _: None)
+    first = await one_reply(store, "landing", "first answer")
+    before = store.stats.commits
+    assert await deliverer.deliver([first]) == set()
+    assert store.stats.commits == before, "the mark made a commit of its own"
+    target = ReplyTarget(surface="landing", thread_key="landing:t", context={})
+    (second,) = await store.add_replies(  # the next write: the mark shares its commit
+        [NewReply("answer:2:0", first.conversation_id, Outgoing(ReplyKind.ANSWER, "2"), target)]
+    )
+    assert store.stats.commits == before + 1
+    marked = await store.get_reply(first.id)
+    assert marked is not None and marked.state is ReplyState.SENT
+    assert marked.platform_ref == "ref-1"
+    assert await deliverer.deliver([second]) == set()
+    assert surface.landed == ["first answer", "2"]
+    settling = asyncio.ensure_future(deliverer.settle())
+    await store.close()  # the mark still waiting for a write to share is written first
+    await asyncio.wait_for(settling, timeout=10)

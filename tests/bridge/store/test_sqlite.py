@@ -14,10 +14,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from store_support import inbound
+from store_support import inbound, reply
 
-from bridge.model import Inbound, InboxState
+from bridge.model import Inbound, InboxState, ReplyState
 from bridge.store import SqliteStore, StoreError, StoreSchemaTooNew
+from bridge.store.sqlite import core as sqlite_core
 from bridge.store.sqlite.schema import SCHEMA_V1, SCHEMA_VERSION
 
 SECRET = "correct-horse-battery-staple-4242"
@@ -251,3 +252,21 @@ async def test_a_redacted_secret_is_in_no_file_of_the_store(tmp_path: Path) -> N
         assert stored is not None and stored.text == "[redacted]"
     finally:
         await store.close()
+
+
+async def test_a_mark_written_soon_shares_the_next_writes_commit(
+    sqlite_store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply's "sent" mark handed in ``soon`` starts no commit of its own: the next write
+    (the next message's intake, in a conversation answered one at a time) carries it."""
+    monkeypatch.setattr(sqlite_core, "SOON_S", 60.0)  # past any pause of a loaded machine
+    m, _ = await sqlite_store.accept(inbound("ev1"), home="h", is_command=False)
+    (sent,) = await sqlite_store.add_replies([reply("a", m.conversation_id)])
+    before = sqlite_store.stats.commits
+    marking = asyncio.ensure_future(sqlite_store.mark_reply(sent.id, ReplyState.SENT, soon=True))
+    await asyncio.sleep(0)  # one loop turn: the task hands the write in (not a timed wait)
+    await sqlite_store.accept(inbound("ev2"), home="h", is_command=False)
+    await asyncio.wait_for(marking, timeout=10)
+    assert sqlite_store.stats.commits == before + 1
+    stored = await sqlite_store.get_reply(sent.id)
+    assert stored is not None and stored.state is ReplyState.SENT

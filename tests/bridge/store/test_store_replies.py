@@ -4,10 +4,11 @@ transcript as a person saw it."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
-from store_support import inbound, reply
+from store_support import Backend, inbound, reply
 
 from bridge.model import (
     Choice,
@@ -110,3 +111,28 @@ async def test_transcript_order_and_roles(store: Store) -> None:
     last = await store.transcript("slack:T1:C1:1.0", limit=2)
     assert [e.text for e in last] == ["failed plainly", "again"]
     assert await store.transcript("no-such-thread") == []
+
+
+async def test_a_mark_written_soon_is_durable_alone_and_at_close(backend: Backend) -> None:
+    """``soon`` may wait for another write to share its commit; with none coming, awaiting
+    it still returns once it is written, and a store closed meanwhile writes it first."""
+    s = backend.make()
+    await s.open()
+    try:
+        m, _ = await s.accept(inbound("ev1"), home="h", is_command=False)
+        a, b = await s.add_replies([reply("a", m.conversation_id), reply("b", m.conversation_id)])
+        await asyncio.wait_for(s.mark_reply(a.id, ReplyState.SENT, soon=True), timeout=10)
+        marking = asyncio.ensure_future(s.mark_reply(b.id, ReplyState.SENT, soon=True))
+        await asyncio.sleep(0)  # one loop turn: the task hands the write in (not a timed wait)
+    finally:
+        await s.close()
+    await asyncio.wait_for(marking, timeout=10)
+    again = backend.make()
+    await again.open()
+    try:
+        assert await again.undelivered_replies() == []
+        for r in (a, b):
+            stored = await again.get_reply(r.id)
+            assert stored is not None and stored.state is ReplyState.SENT
+    finally:
+        await again.close()
