@@ -79,9 +79,13 @@ class CookieLogin:
         )
 
 
-def without_token(request: web.Request, headers: dict[str, str], **extra: str) -> web.Response:
+def without_token(
+    request: web.Request, headers: dict[str, str], drop: tuple[str, ...] = (), **extra: str
+) -> web.Response:
     """A 303 to the same page without ``?token=`` (the caller sets the login on it);
-    ``extra``: query parameters added to the target (the web chat flags a wrong token)."""
-    rest = [(k, v) for k, v in request.query.items() if k != "token"]
+    ``drop``: other query parameters left out, ``extra``: ones added (the web chat flags a
+    wrong token so)."""
+    gone = {"token", *drop, *extra}
+    rest = [(k, v) for k, v in request.query.items() if k not in gone]
     target = request.rel_url.with_query([*rest, *extra.items()])
     return web.Response(status=303, headers={**headers, "Location": str(target)})
