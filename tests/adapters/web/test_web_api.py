@@ -398,3 +398,31 @@ def test_a_redirect_without_the_token_keeps_the_rest_of_the_query() -> None:
     assert without_token(request, {}, drop=("login",)).headers["Location"] == (
         "/?thread=a+b&user=u"
     )
+
+
+# -- the summary line with its answer ---------------------------------------------------------
+
+
+async def test_a_runs_summary_line_goes_with_its_answer(env: dict[str, str]) -> None:
+    """A run long enough to show its bubble turns it into the summary line when it ends:
+    once the answer is in, the line is the answer's (``summary``), not a bubble above it;
+    before, it stays a bubble (nothing is lost while the answer is on its way)."""
+    long = "hold SUM " + "a long question that makes a long answer " * 60
+    async with running_gateway(env) as (_, client):
+        await client.post("sum", long)
+        await _live_stop(client, "sum")  # the bubble shows, with its Stop
+        client.release("SUM")
+        (answer,) = await client.wait_role("sum", "assistant")
+        assert "fake answer to: hold SUM" in answer["text"]
+
+        async def merged() -> bool:
+            messages = await client.messages("sum")
+            return any(m.get("summary") for m in messages)
+
+        await wait_until(merged, what="the summary line with the answer")
+        messages = await client.messages("sum")
+    (with_line,) = [m for m in messages if m.get("summary")]
+    assert with_line["role"] == "assistant" and with_line["replyId"] == answer["replyId"]
+    assert with_line["summary"].startswith("✓ "), with_line["summary"]
+    assert not [m for m in messages if m.get("live")], messages  # no bubble of its own
+    assert [m["role"] for m in messages] == ["user", "assistant"], messages
