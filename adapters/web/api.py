@@ -4,7 +4,9 @@
 ``submit`` (202 after the inbox write); ``GET .../messages`` reads the thread's transcript
 from the store plus the live progress bubbles; ``POST .../choices`` presses a button shown
 in the thread. A write the store refuses is said so (507 on a full disk, else 503):
-nothing was acknowledged, so the client sends it again.
+nothing was acknowledged, so the client sends it again. The page is read once, served with
+a Content-Security-Policy that allows its one script by its hash; opened as ``/?token=``
+it logs in first (:mod:`.login`); the thread it reads is laid out by :mod:`.thread_view`.
 """
 
 from __future__ import annotations

@@ -426,3 +426,13 @@ async def test_a_runs_summary_line_goes_with_its_answer(env: dict[str, str]) -> 
     assert with_line["summary"].startswith("✓ "), with_line["summary"]
     assert not [m for m in messages if m.get("live")], messages  # no bubble of its own
     assert [m["role"] for m in messages] == ["user", "assistant"], messages
+
+
+def test_a_downloaded_file_keeps_its_name_in_any_script() -> None:
+    from adapters.web.files import disposition
+
+    assert disposition('workspace/résumé "final".txt', inline=False) == (
+        'attachment; filename="r_sum_ _final_.txt"; '
+        "filename*=UTF-8''r%C3%A9sum%C3%A9%20%22final%22.txt"
+    )
+    assert disposition("workspace/plot.png", inline=True).startswith('inline; filename="plot.png"')
