@@ -11,7 +11,8 @@ followed at any step, a regular file of the home's account, at most its size lim
 
 A page or an SVG the agent wrote could run script on the chat's origin if shown there, so
 only raster images (png, jpeg, gif, webp) are served inline; everything else is an
-attachment, and every answer has ``nosniff`` and a sandbox that runs nothing.
+attachment, and every answer has ``nosniff``, a sandbox that runs nothing and a
+``Cross-Origin-Resource-Policy`` that keeps it off other sites' pages.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ FILE_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; sandbox",
     "Cache-Control": "private, no-store",
     "Referrer-Policy": "no-referrer",
+    # another site's page may not even embed it (an <img> of it there loads nothing): without
+    # a token the chat trusts the browser on loopback, whichever page asks
+    "Cross-Origin-Resource-Policy": "same-origin",
 }
 
 

@@ -191,6 +191,19 @@ async def test_a_file_shows_as_a_link_and_an_image_as_a_preview(
             other,
         )
         assert refused == "img-src", refused
+        # and another site's page cannot show it either (no token: loopback is trusted)
+        own = f"http://127.0.0.1:{app.port}" + (await files_sent(client, "files"))[0]["fileUrl"]
+        # another origin (a page of this server without a CSP, under another name)
+        await page.goto(f"http://localhost:{app.port}/healthz")
+        loaded = await page.evaluate(
+            """(src) => new Promise((done) => {
+                 const img = document.createElement("img");
+                 img.onload = () => done("loaded"); img.onerror = () => done("refused");
+                 img.src = src; document.body.appendChild(img);
+               })""",
+            own,
+        )
+        assert loaded == "refused", loaded
 
 
 async def test_the_page_asks_for_the_token_then_keeps_a_cookie_and_a_clean_url(
