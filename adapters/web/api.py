@@ -4,12 +4,17 @@
 ``submit`` (202 after the inbox write); ``GET .../messages`` reads the thread's transcript
 from the store plus the live progress bubbles; ``POST .../choices`` presses a button shown
 in the thread. A write the store refuses is said so (507 on a full disk, else 503):
-nothing was acknowledged, so the client sends it again.
+nothing was acknowledged, so the client sends it again. The page is read once, served with
+a Content-Security-Policy that allows its one script by its hash; opened as ``/?token=``
+it logs in first (:mod:`.login`); the thread it reads is laid out by :mod:`.thread_view`.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
+import re
 import uuid
 from importlib import resources
 from typing import Any
@@ -17,14 +22,15 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from bridge.engine.prompts import settled_note
 from bridge.model import Inbound
 from bridge.ports import AdapterContext, PressStatus, SubmitStatus
 from bridge.store import StoreError, StoreFull
 
 from .answers import BAD_THREAD, bad, thread_of
 from .auth import WebAuth
+from .login import WebLogin
 from .surface import WebSurface, choice_key
+from .thread_view import ThreadView
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +42,17 @@ NOT_THIS_THREAD = "This button is not from this thread (or it has expired)."
 PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "X-Frame-Options": "DENY",
-    "Content-Security-Policy": "frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
 }
+# what the page itself may load: its own inline script (by its hash) and style, requests and
+# images (a file's preview) from its own origin only; nothing else, no frame, no plugin
+PAGE_CSP = (
+    "default-src 'none'; script-src '{script}'; style-src 'unsafe-inline'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+PAGE = "static/index.html"
+SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
 
 
 class ThreadApi:
@@ -49,10 +63,17 @@ class ThreadApi:
         self.auth = auth
         self.surface = surface
         self.operators = set(ctx.settings.operators)
+        self.view = ThreadView(ctx, surface)
+        self.login = WebLogin(auth)
+        # read once, at start (off the loop of every request); its script allowed by its hash
+        self._html = resources.files("adapters.web").joinpath(PAGE).read_text("utf-8")
+        self._headers = {**PAGE_HEADERS, "Content-Security-Policy": page_csp(self._html)}
 
     async def page(self, request: web.Request) -> web.Response:
-        html = resources.files("adapters.web").joinpath("static/index.html").read_text("utf-8")
-        return web.Response(text=html, content_type="text/html", headers=PAGE_HEADERS)
+        moved = self.login.from_link(request)  # /?token=...: the login, then a clean URL
+        if moved is not None:
+            return moved
+        return web.Response(text=self._html, content_type="text/html", headers=self._headers)
 
     async def _json(self, request: web.Request) -> dict[str, Any] | web.Response:
         refused = self.auth.refusal(request)
@@ -117,38 +138,7 @@ class ThreadApi:
         refused = self.auth.refusal(request)
         if refused is not None:
             return refused
-        entries = await self.ctx.store.transcript(f"web:{thread}")
-        settled: dict[int, str] = {}
-        for e in entries:
-            if e.role == "prompt" and e.choices and e.reply_id is not None:
-                prompt = await self.ctx.store.get_prompt(choice_key(str(e.choices[0]["token"])))
-                if prompt is None or prompt.state != "pending":
-                    settled[e.reply_id] = settled_note(prompt)
-        messages: list[dict[str, Any]] = [
-            {
-                "role": e.role,
-                "text": e.text + (f"\n\n_{settled[e.reply_id]}_" if e.reply_id in settled else ""),
-                "at": e.at,
-                "sender": e.sender,
-                "messageId": e.message_id,
-                "replyId": e.reply_id,
-                "choices": [] if e.reply_id in settled else e.choices,
-                "file": e.file_path,
-            }
-            for e in entries
-        ]
-        live = sorted(self.surface.live.get(thread, {}).values(), key=lambda e: e["at"])
-        for entry in live:
-            messages.append(
-                {
-                    "role": "status",
-                    "text": entry["text"],
-                    "at": entry["at"],
-                    "choices": entry["choices"],
-                    "live": True,
-                }
-            )
-        messages.sort(key=lambda m: m["at"])
+        messages = await self.view.messages(thread)
         return web.json_response({"thread": thread, "messages": messages})
 
     async def post_choice(self, request: web.Request) -> web.Response:
@@ -184,6 +174,15 @@ class ThreadApi:
         record = await self.ctx.store.get_prompt(key)
         conv = await self.ctx.store.conversation(record.conversation_id) if record else None
         return conv is not None and conv.thread_key == f"web:{thread}"
+
+
+def page_csp(html: str) -> str:
+    """The page's Content-Security-Policy, its one inline script allowed by its SHA-256."""
+    scripts = SCRIPT.findall(html)
+    if len(scripts) != 1:
+        raise ValueError(f"the web chat's page must have one inline script, not {len(scripts)}")
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    return PAGE_CSP.format(script=f"sha256-{digest}")
 
 
 def _not_stored(exc: StoreError) -> web.Response:

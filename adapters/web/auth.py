@@ -1,7 +1,8 @@
 """Who may use the web chat, checked on every one of its routes.
 
-With ``web.token`` set, whoever has the token (``Authorization: Bearer``, or ``?token=``
-for an EventSource, which cannot send headers); no body is read without it. Without one,
+With ``web.token`` set, whoever has the token (``Authorization: Bearer``, ``?token=`` for
+an API client's EventSource, which cannot send headers, or the page's login cookie, see
+:mod:`.login`); no body is read without it. Without one,
 the chat trusts whoever reaches it on loopback, which is the person at the keyboard only
 if what a web page in their browser could make of it is refused (DNS rebinding, a
 cross-site form) and so is a conversation's own account: an agent run on this host
@@ -11,12 +12,12 @@ reaching for another conversation's thread (:mod:`bridge.http.peers`).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import weakref
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from bridge.http.login import CookieLogin, token_matches
 from bridge.http.peers import can_tell, peer_uid
 from bridge.ports import AdapterContext
 
@@ -26,6 +27,9 @@ from .spec import is_loopback
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 BEARER = "bearer "  # an Authorization scheme, compared in lower case
+# the page's login (:mod:`.login`): sent with every request of the page, its event stream
+# and its file links; its own label, so an /ops cookie with the same token is not one
+LOGIN = CookieLogin(cookie="jazz_bridge_web", path="/", label=b"jazz-bridge web chat cookie ")
 
 
 class WebAuth:
@@ -46,7 +50,7 @@ class WebAuth:
         if self.authorized(request):
             return None
         self.ctx.metrics.auth_failures.labels("web", "token").inc()
-        return bad("missing or wrong token (Authorization: Bearer ...)", 401)
+        return bad("missing or wrong token (log in on the page, or Authorization: Bearer ...)", 401)
 
     def guard(self, handler: Handler) -> Handler:
         """What a browser cannot be made to do from another site, on every web route.
@@ -113,8 +117,14 @@ class WebAuth:
         # the scheme in any case (RFC 7235); another scheme (a proxy's Basic) is not ours
         bearer = header[len(BEARER) :] if header[: len(BEARER)].lower() == BEARER else ""
         given = bearer.strip() or request.query.get("token", "")
-        # surrogateescape: bytes that are not UTF-8 compare (and fail) as bytes, not a 500
-        return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._token)
+        if given:
+            return token_matches(self._token, given)
+        return LOGIN.carried(request, self._token)
+
+    @property
+    def token(self) -> bytes | None:
+        """The configured token (None: the chat trusts loopback), for :mod:`.login`."""
+        return self._token
 
 
 def _hostname(host: str) -> str:

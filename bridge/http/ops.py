@@ -5,18 +5,16 @@ The same answers as ``jazz-bridge homes list`` and ``homes show`` (both come fro
 shell on the gateway's host. It is mounted only when ``ops.token`` is configured (else
 ``/ops`` is 404). The token is given as ``Authorization: Bearer <token>`` or once as
 ``?token=<token>``: then the page sets an HttpOnly, SameSite=Strict cookie (its expiry
-signed with the token, not the token) that lasts ``COOKIE_TTL_S`` and redirects to the
-same page without it, so links work and the token does not stay in the address bar or
-history. Another Authorization scheme (a proxy's ``Basic`` password) is not the
-operator's token and is left alone. Every comparison is constant-time. Everything shown
-is escaped (thread keys and texts are user input), and the pages carry a
-Content-Security-Policy that allows no script at all.
+signed with the token, not the token: :mod:`bridge.http.login`) that lasts
+``COOKIE_TTL_S`` and redirects to the same page without it, so links work and the token
+does not stay in the address bar or history. Another Authorization scheme (a proxy's
+``Basic`` password) is not the operator's token and is left alone. Every comparison is
+constant-time. Everything shown is escaped (thread keys and texts are user input), and
+the pages carry a Content-Security-Policy that allows no script at all.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -30,13 +28,16 @@ from pydantic import SecretStr
 from ..errors import ConfigError
 from ..logs import mask
 from ..operators import LIST_COLUMNS, OPS_SIZE_TTL_S, Operators
+from .login import CookieLogin, token_matches, without_token
 
 log = logging.getLogger(__name__)
 
-COOKIE = "jazz_bridge_ops"
-COOKIE_TTL_S = 12 * 3600  # a login lasts a working day; then ?token= again
-BEARER = "bearer "
 PREFIX = "/ops"
+# the label as it always was: a login issued before the cookie code was shared still works
+LOGIN = CookieLogin(cookie="jazz_bridge_ops", path=PREFIX, label=b"jazz-bridge ops cookie ")
+COOKIE = LOGIN.cookie
+COOKIE_TTL_S = LOGIN.ttl_s
+BEARER = "bearer "
 TRANSCRIPT_LIMIT = 500
 RECENT_RUNS = 50
 HEADERS = {
@@ -56,32 +57,6 @@ th{background:#f3f3f3} .num{text-align:right} .msg{white-space:pre-wrap;max-widt
 """
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _cookie_mac(token: bytes, expires: str) -> str:
-    message = b"jazz-bridge ops cookie " + expires.encode("ascii")
-    return hmac.new(token, message, hashlib.sha256).hexdigest()
-
-
-def _cookie_value(token: bytes, now: float) -> str:
-    """What the cookie holds: its expiry and a MAC of it keyed by the token (not the token),
-    so a copied cookie stops working and its holder cannot make it last longer."""
-    expires = str(int(now + COOKIE_TTL_S))
-    return f"{expires}.{_cookie_mac(token, expires)}"
-
-
-def _cookie_refusal(token: bytes, value: str, now: float) -> int | None:
-    """None for a cookie this view issued that has not expired; else the status: 401 for an
-    expired one (log in again), 403 for one it did not issue."""
-    expires, _, mac = value.partition(".")
-    if not (expires.isascii() and expires.isdigit()):
-        return 403
-    signed = hmac.compare_digest(
-        mac.encode("utf-8", "surrogateescape"), _cookie_mac(token, expires).encode()
-    )
-    if not signed:
-        return 403
-    return None if now < int(expires) else 401
 
 
 def _bearer(header: str) -> str | None:
@@ -136,29 +111,18 @@ class OpsView:
         """None when authorized; else the refusal (401 no token, 403 wrong one) or a redirect."""
         bearer = _bearer(request.headers.get("Authorization", ""))
         if bearer is not None:  # another scheme (a proxy's Basic) is not ours: not refused
-            given = bearer.encode("utf-8", "surrogateescape")
-            return None if hmac.compare_digest(given, self._token) else self._refuse(403)
+            return None if token_matches(self._token, bearer) else self._refuse(403)
         if "token" in request.query:
-            given = request.query["token"].encode("utf-8", "surrogateescape")
-            if not hmac.compare_digest(given, self._token):
+            if not token_matches(self._token, request.query["token"]):
                 return self._refuse(403)
             # Keep it in a cookie and drop it from the address bar.
-            rest = [(k, v) for k, v in request.query.items() if k != "token"]
-            target = request.rel_url.with_query(rest)
-            response = web.Response(status=303, headers={**HEADERS, "Location": str(target)})
-            response.set_cookie(
-                COOKIE,
-                _cookie_value(self._token, time.time()),
-                max_age=COOKIE_TTL_S,
-                path=PREFIX,
-                httponly=True,
-                samesite="Strict",
-                secure=request.secure or self._secure_cookie,  # https, or behind a TLS proxy
-            )
+            response = without_token(request, HEADERS)
+            # https, or behind a TLS proxy
+            LOGIN.set_on(response, self._token, secure=request.secure or self._secure_cookie)
             return response
         cookie = request.cookies.get(COOKIE)
         if cookie is not None:
-            status = _cookie_refusal(self._token, cookie, time.time())
+            status = LOGIN.refusal(self._token, cookie, time.time())
             return None if status is None else self._refuse(status)
         return self._refuse(401)
 

@@ -4,7 +4,10 @@ rebinding), input a client library would never send (raw bytes over a socket: od
 charsets, half a surrogate pair, a thread name ending in a newline, a body that says gzip
 and is not), a button pressed through another thread's URL, the token given in any case of
 its scheme, and event streams (refused while the gateway stops; one that ended leaves
-nothing behind per thread name)."""
+nothing behind per thread name); the files a thread was sent, served from its own home
+only (never another thread's, never through ``..``, an absolute path or a link planted in
+the home; an image inline, anything else an attachment); the page's login with the
+token (a form's POST or ``?token=``: a cookie, then a clean URL)."""
 
 from __future__ import annotations
 
@@ -15,9 +18,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from accounts_support import remove_accounts
-from web_support import JSON_TYPE, Client, gateway_env, post, raw, running_gateway, wait_until
+from web_support import (
+    JSON_TYPE,
+    SENT_FILES,
+    Client,
+    files_sent,
+    gateway_env,
+    post,
+    raw,
+    running_gateway,
+    use_files_runner,
+    wait_until,
+)
+
+from bridge.http.login import without_token
+from provisioning import naming
+from provisioning.layout import Layout
 
 OPS_TOKEN = "ops-token-for-the-web-api-tests"
 WEB_TOKEN = "web-token-for-the-review-0123456789"
@@ -210,3 +229,210 @@ async def test_closed_event_streams_leave_no_entry_per_thread(env: dict[str, str
         # and nothing was stored for any of them: the names cost memory only
         for thread in threads[:2]:
             assert await client.messages(thread) == []
+
+
+# -- the files a thread was sent -----------------------------------------------------------------
+
+
+@pytest.fixture
+def files_env(env: dict[str, str], fake_dir: Path) -> dict[str, str]:
+    use_files_runner(env, fake_dir)
+    return env
+
+
+def _home(env: dict[str, str], thread: str) -> Path:
+    return Layout(Path(env["JAZZ_BRIDGE_ROOT"])).home(naming.home_name(f"web:{thread}"))
+
+
+async def _get(client: Client, url: str, **kw: Any) -> tuple[int, dict[str, str], bytes]:
+    async with client.session.get(client.base + url, **kw) as r:
+        return r.status, dict(r.headers), await r.read()
+
+
+async def test_a_file_the_thread_was_sent_is_served_from_its_home(
+    files_env: dict[str, str],
+) -> None:
+    """An image inline, a page, an SVG and text as attachments, all with nosniff; named
+    relative to the home (base name and link for the page), never by the server's path."""
+    root = files_env["JAZZ_BRIDGE_ROOT"]
+    async with running_gateway(files_env) as (_, client):
+        await client.post("files", "make some files")
+        sent = {m["file"]: m for m in await files_sent(client, "files")}
+        assert sorted(sent) == sorted(f"workspace/{n}" for n in SENT_FILES), sent
+        assert root not in json.dumps(await client.messages("files"))
+        home = _home(files_env, "files")
+        served = {}
+        for name, m in sent.items():
+            assert m["fileName"] == name.rsplit("/", 1)[-1], m
+            status, headers, body = await _get(client, m["fileUrl"])
+            assert status == 200, (name, status, body)
+            assert body == (home / name).read_bytes(), name
+            assert headers["X-Content-Type-Options"] == "nosniff", headers
+            served[name] = (headers["Content-Type"], headers["Content-Disposition"], m["preview"])
+    png_type, png_disposition, png_preview = served["workspace/plot.png"]
+    assert png_type == "image/png" and png_disposition.startswith("inline;") and png_preview
+    for name in ("page.html", "drawing.svg", "notes.txt", "sub/deep.txt"):
+        _, disposition, preview = served[f"workspace/{name}"]
+        assert disposition.startswith("attachment;"), (name, disposition)
+        assert not preview, name
+    assert served["workspace/page.html"][0] == "text/html"
+    assert served["workspace/drawing.svg"][0] == "image/svg+xml"
+
+
+async def test_the_file_route_serves_nothing_else(files_env: dict[str, str]) -> None:
+    """Not a file the thread was not sent (another thread's, one of its home the agent did
+    not send, the gateway's database), not through ``..`` or an absolute path (a 400 that
+    says so), not through a link planted in the home, whose answer names no server path."""
+    root = files_env["JAZZ_BRIDGE_ROOT"]
+    async with running_gateway(files_env) as (_, client):
+        await client.post("files", "make some files")
+        await files_sent(client, "files")
+        await client.post("other", "nothing to make")
+        await client.wait_role("other", "assistant")
+        home = _home(files_env, "files")
+        url = "/api/threads/{}/files?path={}"
+        bad = {
+            url.format("files", f"{home}/workspace/plot.png"): 400,  # absolute
+            url.format("files", "workspace/../workspace/plot.png"): 400,
+            url.format("files", "../../state/bridge.db"): 400,
+            url.format("files", "workspace/sub/..%2F..%2Fworkspace/plot.png"): 400,
+            url.format("files", ""): 400,
+            url.format("files", "workspace/secret.txt"): 404,  # in the home, never sent
+            url.format("other", "workspace/plot.png"): 404,  # another thread's file
+            url.format("nobody", "workspace/plot.png"): 404,  # no such conversation
+        }
+        for asked, expected in bad.items():
+            status, _, body = await _get(client, asked)
+            assert status == expected, (asked, status, body)
+            assert root not in body.decode(), (asked, body)
+        assert b"absolute" in (await _get(client, url.format("files", f"{home}/x")))[2]
+        assert b"'..'" in (await _get(client, url.format("files", "../x")))[2]
+        # a link planted in the home: the file replaced by one, a directory by one
+        (home / "workspace/notes.txt").unlink()
+        (home / "workspace/notes.txt").symlink_to("/etc/hostname")
+        (home / "workspace/sub").rename(home / "workspace/real-sub")
+        (home / "workspace/sub").symlink_to(home / "workspace/real-sub")
+        for name in ("workspace/notes.txt", "workspace/sub/deep.txt"):
+            status, _, body = await _get(client, url.format("files", name))
+            assert status == 404, (name, status, body)
+            assert b"cannot be served" in body and root not in body.decode(), body
+        # the image is still served: the refusals are the links', not the route's
+        assert (await _get(client, url.format("files", "workspace/plot.png")))[0] == 200
+
+
+async def test_the_file_route_needs_the_token(files_env: dict[str, str]) -> None:
+    files_env["JAZZ_BRIDGE_WEB__TOKEN"] = WEB_TOKEN
+    bearer = {"Authorization": f"Bearer {WEB_TOKEN}"}
+    async with running_gateway(files_env) as (_, client):
+        async with aiohttp.ClientSession(headers=bearer) as session:
+            owner = Client(client.base, session, client.fake_dir)
+            await owner.post("files", "make some files")
+            url = (await files_sent(owner, "files"))[0]["fileUrl"]
+        assert (await _get(client, url))[0] == 401
+        assert (await _get(client, url, headers={"Authorization": "Bearer wrong"}))[0] == 401
+        assert (await _get(client, url, headers=bearer))[0] == 200
+        login = {"jazz_bridge_web": "99999999999.forged"}
+        assert (await _get(client, url, cookies=login))[0] == 401
+        async with _browser() as s:
+            async with s.post(f"{client.base}/login", json={"token": WEB_TOKEN}) as r:
+                assert r.status == 204, await r.text()
+            async with s.get(client.base + url) as r:  # the session keeps the login cookie
+                assert r.status == 200
+
+
+# -- the page's login with the token ----------------------------------------------------------
+
+
+def _browser() -> aiohttp.ClientSession:
+    """A session that keeps cookies as a browser does (for 127.0.0.1 too)."""
+    return aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+
+
+async def test_the_page_logs_in_with_the_token_and_drops_it_from_the_url(
+    env: dict[str, str],
+) -> None:
+    env["JAZZ_BRIDGE_WEB__TOKEN"] = WEB_TOKEN
+    async with running_gateway(env) as (_, client):
+        base = client.base
+        async with _browser() as s:
+            async with s.get(f"{base}/?thread=t") as r:  # the page loads: it asks for the token
+                assert r.status == 200 and "login-token" in await r.text()
+            async with s.get(f"{base}/api/threads/t/messages") as r:
+                assert r.status == 401
+            async with s.post(f"{base}/login", json={"token": "wrong"}) as r:
+                assert r.status == 403 and "wrong token" in (await r.json())["error"]
+            async with s.post(f"{base}/login", data=WEB_TOKEN) as r:  # a form, not JSON
+                assert r.status == 415
+            async with s.get(f"{base}/?thread=t&token=wrong", allow_redirects=False) as r:
+                assert r.status == 303, r.status
+                assert r.headers["Location"] == "/?thread=t&login=wrong"
+                assert "Set-Cookie" not in r.headers
+            assert not s.cookie_jar.filter_cookies(base)  # type: ignore[arg-type]
+            async with s.get(f"{base}/?thread=t&token={WEB_TOKEN}", allow_redirects=False) as r:
+                assert r.status == 303
+                assert r.headers["Location"] == "/?thread=t"
+                flags = {p.strip().lower() for p in r.headers["Set-Cookie"].split(";")}
+                assert "httponly" in flags and "samesite=strict" in flags and "path=/" in flags
+                assert WEB_TOKEN not in r.headers["Set-Cookie"]
+            async with s.get(f"{base}/api/threads/t/messages") as r:
+                assert r.status == 200, await r.text()
+        async with _browser() as s:  # the form's way
+            async with s.post(f"{base}/login", json={"token": WEB_TOKEN}) as r:
+                assert r.status == 204
+            async with s.get(f"{base}/api/threads/t/messages") as r:
+                assert r.status == 200
+        # an /ops cookie with the same token is not a login of the chat
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{base}/ops?token={OPS_TOKEN}", allow_redirects=False) as r:
+                ops = r.cookies["jazz_bridge_ops"].value
+            async with s.get(
+                f"{base}/api/threads/t/messages", cookies={"jazz_bridge_web": ops}
+            ) as r:
+                assert r.status == 401
+
+
+def test_a_redirect_without_the_token_keeps_the_rest_of_the_query() -> None:
+    from aiohttp.test_utils import make_mocked_request
+
+    request = make_mocked_request("GET", "/?thread=a%20b&token=x&login=wrong&user=u")
+    assert without_token(request, {}, drop=("login",)).headers["Location"] == (
+        "/?thread=a+b&user=u"
+    )
+
+
+# -- the summary line with its answer ---------------------------------------------------------
+
+
+async def test_a_runs_summary_line_goes_with_its_answer(env: dict[str, str]) -> None:
+    """A run long enough to show its bubble turns it into the summary line when it ends:
+    once the answer is in, the line is the answer's (``summary``), not a bubble above it;
+    before, it stays a bubble (nothing is lost while the answer is on its way)."""
+    long = "hold SUM " + "a long question that makes a long answer " * 60
+    async with running_gateway(env) as (_, client):
+        await client.post("sum", long)
+        await _live_stop(client, "sum")  # the bubble shows, with its Stop
+        client.release("SUM")
+        (answer,) = await client.wait_role("sum", "assistant")
+        assert "fake answer to: hold SUM" in answer["text"]
+
+        async def merged() -> bool:
+            messages = await client.messages("sum")
+            return any(m.get("summary") for m in messages)
+
+        await wait_until(merged, what="the summary line with the answer")
+        messages = await client.messages("sum")
+    (with_line,) = [m for m in messages if m.get("summary")]
+    assert with_line["role"] == "assistant" and with_line["replyId"] == answer["replyId"]
+    assert with_line["summary"].startswith("✓ "), with_line["summary"]
+    assert not [m for m in messages if m.get("live")], messages  # no bubble of its own
+    assert [m["role"] for m in messages] == ["user", "assistant"], messages
+
+
+def test_a_downloaded_file_keeps_its_name_in_any_script() -> None:
+    from adapters.web.files import disposition
+
+    assert disposition('workspace/résumé "final".txt', inline=False) == (
+        'attachment; filename="r_sum_ _final_.txt"; '
+        "filename*=UTF-8''r%C3%A9sum%C3%A9%20%22final%22.txt"
+    )
+    assert disposition("workspace/plot.png", inline=True).startswith('inline; filename="plot.png"')

@@ -5,6 +5,11 @@ page refused without the token when one is set, and never shown in another site'
 stops, its disk is full) stays in the text box, not lost; a refused press shows why (the
 refusal's reason, not "error 507").
 
+A file the agent sent shows as a link with its name (never the server's path) and an image
+as a preview, loaded from the chat's own origin only; with ``web.token`` set the page asks
+for the token (not "error 401"), says a wrong one so, and keeps the login in a cookie with
+the token gone from the address bar; a run's summary line is in its answer's bubble.
+
 The full-disk test puts the state directory on a small tmpfs that is filled (root only)."""
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import full_disk_support as full_disk
 import pytest
 from accounts_support import remove_accounts
 from browser_support import BROWSER, chromium_page
-from web_support import gateway_env, running_gateway
+from web_support import SENT_FILES, files_sent, gateway_env, running_gateway, use_files_runner
 
 pytestmark = BROWSER
 
@@ -140,3 +145,125 @@ async def test_a_refused_press_shows_why(env: dict[str, str], tiny_state: Path) 
         await approve.click()
         await expect(page.locator("#toast")).to_contain_text("disk is full", timeout=10_000)
         filler.unlink()
+
+
+async def test_a_file_shows_as_a_link_and_an_image_as_a_preview(
+    env: dict[str, str], fake_dir: Path, tmp_path: Path
+) -> None:
+    from playwright.async_api import expect
+
+    use_files_runner(env, fake_dir)
+    root = env["JAZZ_BRIDGE_ROOT"]
+    async with running_gateway(env) as (app, client), chromium_page() as page:
+        await page.goto(f"http://127.0.0.1:{app.port}/?thread=files&user=ada")
+        await page.fill("#text", "make some files")
+        await page.click("#send-button")
+        links = page.locator(".msg .file a")
+        await expect(links).to_have_count(len(SENT_FILES), timeout=20_000)
+        names = sorted(await links.all_inner_texts())
+        assert names == sorted(f"📎 {n.rsplit('/', 1)[-1]}" for n in SENT_FILES), names
+        preview = page.locator(".msg img.preview")
+        await expect(preview).to_have_count(1)  # the PNG only: no SVG, no page shown inline
+        await expect(preview).to_have_attribute("alt", "plot.png")
+        await page.wait_for_function(
+            "() => document.querySelector('img.preview').naturalWidth === 24", timeout=10_000
+        )
+        text = await page.locator("body").inner_text()
+        html = await page.content()
+        assert root not in text and root not in html, "the page names the server's path"
+        assert "workspace/" not in text, text  # the base name only
+        await page.screenshot(path=str(tmp_path / "files.png"))
+        # a file that is not an image is a download, not a page of the chat's origin
+        async with page.expect_download() as download:
+            await page.get_by_role("link", name="📎 page.html").click()
+        assert (await download.value).suggested_filename == "page.html"
+        assert not await page.evaluate("document.title === 'ran'")
+        # the preview comes from the chat's origin only: another one is refused by its CSP
+        other = f"http://localhost:{app.port}" + (await files_sent(client, "files"))[0]["fileUrl"]
+        refused = await page.evaluate(
+            """(src) => new Promise((done) => {
+                 document.addEventListener("securitypolicyviolation",
+                   (e) => done(e.violatedDirective), {once: true});
+                 const img = document.createElement("img");
+                 img.onload = () => done("loaded");
+                 img.src = src; document.body.appendChild(img);
+               })""",
+            other,
+        )
+        assert refused == "img-src", refused
+        # and another site's page cannot show it either (no token: loopback is trusted)
+        own = f"http://127.0.0.1:{app.port}" + (await files_sent(client, "files"))[0]["fileUrl"]
+        # another origin (a page of this server without a CSP, under another name)
+        await page.goto(f"http://localhost:{app.port}/healthz")
+        loaded = await page.evaluate(
+            """(src) => new Promise((done) => {
+                 const img = document.createElement("img");
+                 img.onload = () => done("loaded"); img.onerror = () => done("refused");
+                 img.src = src; document.body.appendChild(img);
+               })""",
+            own,
+        )
+        assert loaded == "refused", loaded
+
+
+async def test_the_page_asks_for_the_token_then_keeps_a_cookie_and_a_clean_url(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    from playwright.async_api import expect
+
+    env["JAZZ_BRIDGE_WEB__TOKEN"] = WEB_TOKEN
+    async with running_gateway(env) as (app, _client), chromium_page() as page:
+        base = f"http://127.0.0.1:{app.port}"
+        await page.goto(f"{base}/?thread=login&user=ada")
+        form = page.locator("#login")
+        await expect(form).to_be_visible(timeout=10_000)
+        assert "401" not in await page.locator("body").inner_text()
+        await expect(page.locator("#send")).to_be_hidden()
+        await page.screenshot(path=str(tmp_path / "login.png"))
+        await page.fill("#login-token", "not the token")
+        await page.click("#login-button")
+        await expect(page.locator("#login-error")).to_contain_text("Wrong token")
+        await page.screenshot(path=str(tmp_path / "login-wrong.png"))
+        await page.fill("#login-token", WEB_TOKEN)
+        await page.click("#login-button")
+        await expect(form).to_be_hidden()
+        await expect(page.locator("#state")).to_have_text("connected", timeout=10_000)
+        await page.fill("#text", "hello after login")
+        await page.click("#send-button")
+        await expect(page.locator(".msg.assistant")).to_contain_text(
+            "fake answer to: hello after login", timeout=15_000
+        )
+        (cookie,) = await page.context.cookies()
+        assert cookie["name"] == "jazz_bridge_web" and cookie["httpOnly"], cookie
+        assert cookie["sameSite"] == "Strict" and WEB_TOKEN not in cookie["value"], cookie
+        assert WEB_TOKEN not in page.url
+        # a link with the token: logged in, the token gone from the address bar
+        await page.context.clear_cookies()
+        await page.goto(f"{base}/?thread=login&token={WEB_TOKEN}&user=ada")
+        assert page.url == f"{base}/?thread=login&user=ada", page.url
+        await expect(page.locator(".msg.assistant")).to_contain_text("hello after login")
+        await page.screenshot(path=str(tmp_path / "login-by-link.png"))
+        # a link with a wrong one: the form says so, and the address bar keeps no trace
+        await page.context.clear_cookies()
+        await page.goto(f"{base}/?thread=login&token=wrong")
+        await expect(page.locator("#login-error")).to_contain_text("Wrong token")
+        assert page.url == f"{base}/?thread=login", page.url
+
+
+async def test_the_summary_line_is_in_the_answers_bubble(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    from playwright.async_api import expect
+
+    long = "hold LONG " + "tell me everything about this, at length. " * 60
+    async with running_gateway(env) as (app, client), chromium_page() as page:
+        await page.goto(f"http://127.0.0.1:{app.port}/?thread=summary&user=ada")
+        await page.fill("#text", long)
+        await page.click("#send-button")
+        await expect(page.locator(".msg.status[data-live='1']")).to_be_visible(timeout=15_000)
+        client.release("LONG")
+        answer = page.locator(".msg.assistant")
+        await expect(answer).to_contain_text("fake answer to: hold LONG", timeout=15_000)
+        await expect(answer.locator(".summary")).to_contain_text("✓", timeout=15_000)
+        await expect(page.locator(".msg.status")).to_have_count(0)
+        await page.screenshot(path=str(tmp_path / "summary.png"), full_page=True)

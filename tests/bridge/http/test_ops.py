@@ -76,10 +76,10 @@ async def test_the_login_cookie_expires(env: dict[str, str]) -> None:
 
 
 async def test_a_cookie_from_yesterday_asks_for_the_token_again(env: dict[str, str]) -> None:
-    from bridge.http.ops import COOKIE_TTL_S, _cookie_value
+    from bridge.http.ops import COOKIE_TTL_S, LOGIN
 
     issued = time.time() - COOKIE_TTL_S - 60  # a login of more than its lifetime ago
-    old = _cookie_value(TOKEN.encode(), issued)
+    old = LOGIN.value(TOKEN.encode(), issued)
     async with running_gateway(env) as (app, _), aiohttp.ClientSession() as s:
         url = f"http://127.0.0.1:{app.port}/ops"
         async with s.get(url, cookies={COOKIE: old}) as r:
