@@ -4,7 +4,7 @@ Each subcommand loads the configuration the same way ``serve`` does, so what an 
 checks is what the gateway runs with. Errors are one clear line on stderr and exit 2 (a
 configuration error exits 78, EX_CONFIG); listings take ``--json``. The commands themselves
 are in their modules (:mod:`.serve`, :mod:`.init`, :mod:`.repair`, :mod:`.homes`,
-:mod:`.config_check`, :mod:`.doctor`). Which root a command acts on is
+:mod:`.removal`, :mod:`.config_check`, :mod:`.doctor`). Which root a command acts on is
 :mod:`.root_choice`'s (said on stderr by every command); a command whose root settings
 differ from those the root was served with is warned, or refused, by :mod:`.served`.
 """
@@ -33,6 +33,7 @@ from .console import setup_logging
 from .doctor import cmd_doctor
 from .homes import cmd_homes, idle_days_type
 from .init import cmd_init
+from .removal import register_removal
 from .repair import cmd_repair
 from .root_choice import choose_root
 from .serve import cmd_serve
@@ -177,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_homes)
 
+    register_removal(sub, hs, [common, root_opt, changes])
+
     p = sub.add_parser("doctor", parents=[common, root_opt], help="check everything, with fixes")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_doctor)
@@ -234,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = settings.root.absolute()
         threaded = args.func is cmd_serve  # the one command with an event loop to keep free
         setup_logging(settings, getattr(args, "log_level", None), writer_thread=threaded)
-        log.info("acting on %s", args.root_choice.line())
+        if threaded:  # serve: first, before its own lines
+            log.info("acting on %s", args.root_choice.line())
         if args.func not in (cmd_serve, cmd_config):
             check_served_settings(
                 settings,
@@ -243,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ignore=getattr(args, "ignore_served_settings", False),
             )
         code: int = args.func(args, settings, specs)
+        if not threaded and code == 0:  # after its output: an error stays stderr's last line
+            log.info("acted on %s", args.root_choice.line())
         return code
     except ConfigError as exc:
         logs.stop_writer()
@@ -253,6 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # names the path and the reason; a traceback would add nothing for an operator
         logs.stop_writer()  # the lines logged before it come first
         text = _os_error(exc, root) if isinstance(exc, OSError) else str(exc)
+        choice = getattr(args, "root_choice", None)
+        if choice is not None and choice.source == "last-served":  # not said by the user
+            text += f" (acting on {choice.line()})"
         sys.stderr.write(f"jazz-bridge: error: {logs.mask(text)}\n")
         return EXIT_ERROR
     except KeyboardInterrupt:

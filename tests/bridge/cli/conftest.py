@@ -66,12 +66,15 @@ Serving = Callable[..., contextlib.AbstractContextManager[subprocess.Popen[str]]
 def serving() -> Serving:
     """``with serving(cwd, **env) as proc``: a real ``jazz-bridge serve`` (as :func:`cli`
     runs commands), entered once it logs that it listens (so it holds its root and has
-    recorded it), stopped with SIGTERM on leaving."""
+    recorded it), stopped with SIGTERM on leaving. ``command``: how ``jazz-bridge`` is run
+    (another account's ``setpriv ... python -m bridge.cli``)."""
 
     @contextlib.contextmanager
-    def serve(cwd: Path, **env: str | None) -> Iterator[subprocess.Popen[str]]:
+    def serve(
+        cwd: Path, *, command: list[str] | None = None, **env: str | None
+    ) -> Iterator[subprocess.Popen[str]]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bridge.cli", "serve"],
+            [*(command or [sys.executable, "-m", "bridge.cli"]), "serve"],
             cwd=cwd,
             env=_env(cwd, env),
             stdout=subprocess.DEVNULL,

@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from accounts_support import needs_root
+from cli_support import AS_NOBODY, NOBODY, interpreter, reachable_by_others, run_as
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 Serving = Callable[..., AbstractContextManager[subprocess.Popen[str]]]
@@ -57,8 +58,19 @@ def test_doctor_and_homes_list_from_another_directory_act_on_the_last_root_serve
     assert json.loads(as_json.stdout)[0]["check"] == f"acting on {said}"
     listing = cli(elsewhere, "homes", "list", JAZZ_BRIDGE_ROOT=None, XDG_STATE_HOME=str(state_home))
     assert listing.returncode == 0, listing.stderr
-    assert f"acting on {said}" in listing.stderr
+    assert f"acted on {said}" in listing.stderr
     assert not (elsewhere / "jazz-bridge-home").exists()  # no second root made
+    unknown = cli(
+        elsewhere,
+        "homes",
+        "show",
+        "web:nobody",
+        JAZZ_BRIDGE_ROOT=None,
+        XDG_STATE_HOME=str(state_home),
+    )
+    assert unknown.returncode == 2
+    assert unknown.stderr.startswith("jazz-bridge: error: no conversation matches")
+    assert unknown.stderr.rstrip().endswith(f"(acting on {said})"), unknown.stderr
 
 
 def test_the_environment_beats_the_record_and_says_so(
@@ -68,19 +80,20 @@ def test_the_environment_beats_the_record_and_says_so(
     record = state_home / "jazz-bridge" / "last-root.json"
     other = tmp_path / "other"
 
-    done = cli(
+    done = cli(tmp_path, "doctor", JAZZ_BRIDGE_ROOT=str(other), XDG_STATE_HOME=str(state_home))
+
+    assert done.stdout.splitlines()[0] == (
+        f"OK   acting on root {other} (from JAZZ_BRIDGE_ROOT; the last root served is {root}, "
+        f"recorded in {record})"
+    ), done.stdout
+    listing = cli(
         tmp_path, "homes", "list", JAZZ_BRIDGE_ROOT=str(other), XDG_STATE_HOME=str(state_home)
     )
-
-    assert f"no gateway state at {other / 'state'}" in done.stderr  # not the served root's
-    assert (
-        f"acting on root {other} (from JAZZ_BRIDGE_ROOT; the last root served is {root}, "
-        f"recorded in {record})"
-    ) in done.stderr
+    assert f"no gateway state at {other / 'state'}" in listing.stderr  # not the served root's
     # and the --root option beats both
     opt = tmp_path / "opt"
-    by_option = cli(tmp_path, "homes", "list", "--root", str(opt), XDG_STATE_HOME=str(state_home))
-    assert f"acting on root {opt} (given by --root;" in by_option.stderr, by_option.stderr
+    by_option = cli(tmp_path, "doctor", "--root", str(opt), XDG_STATE_HOME=str(state_home))
+    assert by_option.stdout.startswith(f"OK   acting on root {opt} (given by --root;")
 
 
 def test_a_record_that_is_a_symbolic_link_is_ignored_with_a_warning(
@@ -94,11 +107,12 @@ def test_a_record_that_is_a_symbolic_link_is_ignored_with_a_warning(
     here = tmp_path / "here"
     here.mkdir()
 
-    done = cli(here, "homes", "list", JAZZ_BRIDGE_ROOT=None, XDG_STATE_HOME=str(state_home))
+    done = cli(here, "doctor", JAZZ_BRIDGE_ROOT=None, XDG_STATE_HOME=str(state_home))
 
     assert f"ignoring {record}: it is a symbolic link" in done.stderr, done.stderr
-    assert f"acting on root {here / 'jazz-bridge-home'} (the default" in done.stderr
-    assert str(root) not in done.stderr.replace(str(record), "")
+    first = done.stdout.splitlines()[0]
+    assert first.startswith(f"OK   acting on root {here / 'jazz-bridge-home'} (the default")
+    assert str(root) not in done.stdout
 
 
 @needs_root  # only root can give a file away
@@ -107,7 +121,36 @@ def test_a_record_of_another_user_is_ignored(tmp_path: Path, cli: Cli, serving: 
     record = state_home / "jazz-bridge" / "last-root.json"
     os.chown(record, 65534, 65534)
 
-    done = cli(tmp_path, "homes", "list", JAZZ_BRIDGE_ROOT=None, XDG_STATE_HOME=str(state_home))
+    done = cli(tmp_path, "doctor", JAZZ_BRIDGE_ROOT=None, XDG_STATE_HOME=str(state_home))
 
     assert f"ignoring {record}: owned by uid 65534" in done.stderr, done.stderr
-    assert "(the default ./jazz-bridge-home" in done.stderr
+    assert "(the default ./jazz-bridge-home" in done.stdout.splitlines()[0]
+
+
+@needs_root  # to become another user
+def test_a_user_other_than_root_finds_the_root_they_served_under_their_home(
+    tmp_path: Path, serving: Serving
+) -> None:
+    reachable_by_others(tmp_path)
+    python, extra = interpreter(AS_NOBODY, tmp_path, "nobody")
+    home, root, elsewhere = tmp_path / "home", tmp_path / "theirs", tmp_path / "elsewhere"
+    for path in (home, root, elsewhere):
+        path.mkdir()
+        os.chown(path, NOBODY, NOBODY)
+    env = {"HOME": str(home), "XDG_STATE_HOME": None, **extra}
+    command = [*AS_NOBODY, *python, "-m", "bridge.cli"]
+    with serving(tmp_path, command=command, JAZZ_BRIDGE_ROOT=str(root), **env):
+        pass
+    record = home / ".local" / "state" / "jazz-bridge" / "last-root.json"
+
+    done = run_as(
+        AS_NOBODY,
+        [*python, "-m", "bridge.cli", "doctor"],
+        {"PATH": "/usr/bin:/bin", "HOME": str(home), "JAZZ_BRIDGE_LOG__FORMAT": "text", **extra},
+        elsewhere,
+    )
+
+    assert done.stdout.splitlines()[0] == (
+        f"OK   acting on root {root} (the last root served, recorded in {record})"
+    ), done.stdout + done.stderr
+    assert os.stat(record).st_uid == NOBODY
