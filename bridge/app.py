@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -406,8 +406,15 @@ def _freeze_startup_heap() -> None:
     gc.freeze()
 
 
-async def serve(settings: CoreSettings, specs: dict[str, AdapterSpec], stop: asyncio.Event) -> None:
-    """Run until ``stop`` is set (SIGTERM/SIGINT, SIGHUP), then shut down in order."""
+async def serve(
+    settings: CoreSettings,
+    specs: dict[str, AdapterSpec],
+    stop: asyncio.Event,
+    on_locked: Callable[[], None] | None = None,
+) -> None:
+    """Run until ``stop`` is set (SIGTERM/SIGINT, SIGHUP), then shut down in order.
+    ``on_locked``: called once the root is made and this gateway holds it (``serve``
+    records the root served there)."""
     app = GatewayApp(settings, specs)
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS_OF_SERVE:
@@ -415,6 +422,8 @@ async def serve(settings: CoreSettings, specs: dict[str, AdapterSpec], stop: asy
 
     async def start() -> None:
         await app.initialize()
+        if on_locked is not None:
+            await asyncio.to_thread(on_locked)
         await app.start()
 
     starting = asyncio.ensure_future(start())

@@ -303,6 +303,29 @@ class AccountRegistry:
             )
         return done
 
+    def delete_system_accounts(self) -> list[tuple[str, Account]]:
+        """Delete from ``/etc/passwd`` (and their private groups) every account of this
+        root: the map's live ones whose uid is in the range and whose system entry is still
+        theirs (the name and uid the map recorded, made by this gateway), killed first; no
+        other account is touched. The map keeps them, so the next start (or ``jazz-bridge
+        repair``) makes them again with the same uids, and their homes are theirs again.
+        Returns ``(home, account)`` of each deleted; AccountError for one that could not be
+        (the ones before it stay deleted)."""
+        lo, hi = self.uid_range
+        done: list[tuple[str, Account]] = []
+        with self._map.locked():
+            for home, entry in sorted(self._map.accounts.items()):
+                account = to_account(entry)
+                pw = pw_by_name(account.name)
+                if not (lo <= account.uid <= hi) or pw is None or pw.pw_uid != account.uid:
+                    continue
+                if not pw.pw_gecos.startswith(ACCOUNT_COMMENT):
+                    continue
+                delete_account(home, account, self.operator_gid, self._kill)
+                done.append((home, account))
+        done += [("", account) for account in self.finish_reclaims()]
+        return done
+
     def remove(self, home: str) -> None:
         """Delete a conversation's account and forget it (tests)."""
         with self._map.locked():

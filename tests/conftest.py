@@ -197,3 +197,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every ``serve`` a test starts records the root it serves under ``$XDG_STATE_HOME``
+    (bridge/cli/served.py): a directory of the session's, never /var/lib/jazz-bridge or the
+    tester's own ``~/.local/state``. Subprocesses inherit it; operator_env passes it on."""
+    path = tmp_path_factory.mktemp("xdg-state")
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before

@@ -1,8 +1,10 @@
 """The ``jazz-bridge`` operator command line, one module per command group.
 
 :mod:`.parser` builds the argument parser and dispatches to a command; each command group
-has its module (serve, init, repair, homes, config check, doctor, whose checks are in
-:mod:`.checks`). ``python -m bridge.cli`` runs it as the console script does.
+has its module (serve, init, repair, homes, removal, config check, doctor, whose checks
+are in :mod:`.checks`); :mod:`.root_choice` and :mod:`.served` find the root a command
+acts on and the settings it was served with. ``python -m bridge.cli`` runs it as the
+console script does.
 """
 
 from __future__ import annotations

@@ -28,7 +28,11 @@ def cmd_doctor(
     profile = runner_profile(
         settings.runner, command, state if state.is_dir() else None, write=False
     )
-    checks = config_checks(settings, specs) + run_checks(settings, command, profile=profile)
+    from .checks.check import Check
+
+    # first, which root every other line is about, and why that one
+    checks = [Check(True, f"acting on {args.root_choice.line()}")]
+    checks += config_checks(settings, specs) + run_checks(settings, command, profile=profile)
     checks += asyncio.run(platform_checks(settings, specs))
     if args.json:
         dump([{"ok": c.ok, "warn": c.warn, "check": c.what, "fix": c.fix} for c in checks])

@@ -4,7 +4,9 @@ Each subcommand loads the configuration the same way ``serve`` does, so what an 
 checks is what the gateway runs with. Errors are one clear line on stderr and exit 2 (a
 configuration error exits 78, EX_CONFIG); listings take ``--json``. The commands themselves
 are in their modules (:mod:`.serve`, :mod:`.init`, :mod:`.repair`, :mod:`.homes`,
-:mod:`.config_check`, :mod:`.doctor`).
+:mod:`.removal`, :mod:`.config_check`, :mod:`.doctor`). Which root a command acts on is
+:mod:`.root_choice`'s (said on stderr by every command); a command whose root settings
+differ from those the root was served with is warned, or refused, by :mod:`.served`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import errno
 import grp
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -30,10 +33,15 @@ from .console import setup_logging
 from .doctor import cmd_doctor
 from .homes import cmd_homes, idle_days_type
 from .init import cmd_init
+from .removal import register_removal
 from .repair import cmd_repair
+from .root_choice import choose_root
 from .serve import cmd_serve
+from .served import IGNORE_OPTION, check_served_settings
 
 __all__ = ["EXIT_CONFIG", "EXIT_ERROR", "build_parser", "main"]
+
+log = logging.getLogger("jazz_bridge")
 
 EXIT_ERROR = 2
 EXIT_CONFIG = 78  # sysexits.h EX_CONFIG, which systemd shows as status=78/CONFIG
@@ -48,12 +56,19 @@ EXIT_CODES = f"""exit status:
 
 
 def _settings(args: argparse.Namespace, specs: dict[str, AdapterSpec]) -> CoreSettings:
+    """The settings as ``serve`` loads them, the root chosen as :mod:`.root_choice` says
+    (``args.root_choice``: which and why)."""
     settings = load_settings(
         args.config, adapter_sections={k: s.settings_model for k, s in specs.items()}
     )
+    configured_only = args.func in (cmd_serve, cmd_config)  # serve records what it is given
+    choice = choose_root(
+        getattr(args, "root", None), settings, os.environ, use_last_served=not configured_only
+    )
+    args.root_choice = choice
     updates: dict[str, Any] = {}
-    if getattr(args, "root", None):
-        updates["root"] = Path(args.root)
+    if choice.root != settings.root.absolute():
+        updates["root"] = choice.root
     if getattr(args, "operator_group", None):
         updates["operator_group"] = args.operator_group
     return settings.model_copy(update=updates) if updates else settings
@@ -71,7 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default=argparse.SUPPRESS, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
     root_opt = argparse.ArgumentParser(add_help=False)
-    root_opt.add_argument("--root", help="the shared root (overrides the config's root)")
+    root_opt.add_argument(
+        "--root",
+        help="the shared root (else $JAZZ_BRIDGE_ROOT, the config's root, the last root "
+        "served, ./jazz-bridge-home)",
+    )
+    changes = argparse.ArgumentParser(add_help=False)  # commands that change accounts or homes
+    changes.add_argument(
+        IGNORE_OPTION,
+        dest="ignore_served_settings",
+        action="store_true",
+        help="go on although this command's root settings (isolation, operator group, uid "
+        "range, home template) differ from those the root was served with",
+    )
 
     parser = argparse.ArgumentParser(
         prog="jazz-bridge",
@@ -85,12 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", parents=[common], help="run the gateway")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("init", parents=[common, root_opt], help="create or repair the root")
+    p = sub.add_parser(
+        "init", parents=[common, root_opt, changes], help="create or repair the root"
+    )
     p.add_argument("--operator-group", help="the operators' group (default: the root's group)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_init)
 
-    p = sub.add_parser("repair", parents=[common, root_opt], help="repair modes and owners")
+    p = sub.add_parser(
+        "repair", parents=[common, root_opt, changes], help="repair modes and owners"
+    )
     p.add_argument("--deep", action="store_true", help="also walk every home's contents, each time")
     p.add_argument("--force", action="store_true", help="the same as --deep")
     p.add_argument("--json", action="store_true")
@@ -99,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     homes = sub.add_parser("homes", help="conversation homes")
     hs = homes.add_subparsers(dest="homes_cmd", required=True)
     p = hs.add_parser(
-        "ensure", parents=[common, root_opt], help="create or repair the home of a thread key"
+        "ensure",
+        parents=[common, root_opt, changes],
+        help="create or repair the home of a thread key",
     )
     p.add_argument("key", help="thread key, e.g. slack:T0TEAM:C0CHAN:1764669600.000100")
     p.add_argument("--json", action="store_true")
@@ -126,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_homes)
     p = hs.add_parser(
         "archive",
-        parents=[common, root_opt],
+        parents=[common, root_opt, changes],
         help="pack idle homes into <root>/archive/ (never one with a run, queue or prompt)",
     )
     p.add_argument("key", nargs="?", help="one conversation (else every home idle long enough)")
@@ -138,10 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_homes)
-    p = hs.add_parser("restore", parents=[common, root_opt], help="bring an archived home back")
+    p = hs.add_parser(
+        "restore", parents=[common, root_opt, changes], help="bring an archived home back"
+    )
     p.add_argument("key", help="thread key, home path, Slack permalink or t.me link")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_homes)
+
+    register_removal(sub, hs, [common, root_opt, changes])
 
     p = sub.add_parser("doctor", parents=[common, root_opt], help="check everything, with fixes")
     p.add_argument("--json", action="store_true")
@@ -200,7 +237,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = settings.root.absolute()
         threaded = args.func is cmd_serve  # the one command with an event loop to keep free
         setup_logging(settings, getattr(args, "log_level", None), writer_thread=threaded)
+        if threaded:  # serve: first, before its own lines
+            log.info("acting on %s", args.root_choice.line())
+        if args.func not in (cmd_serve, cmd_config):
+            check_served_settings(
+                settings,
+                os.environ,
+                changes=hasattr(args, "ignore_served_settings"),
+                ignore=getattr(args, "ignore_served_settings", False),
+            )
         code: int = args.func(args, settings, specs)
+        if not threaded and code == 0:  # after its output: an error stays stderr's last line
+            log.info("acted on %s", args.root_choice.line())
         return code
     except ConfigError as exc:
         logs.stop_writer()
@@ -211,6 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # names the path and the reason; a traceback would add nothing for an operator
         logs.stop_writer()  # the lines logged before it come first
         text = _os_error(exc, root) if isinstance(exc, OSError) else str(exc)
+        choice = getattr(args, "root_choice", None)
+        if choice is not None and choice.source == "last-served":  # not said by the user
+            text += f" (acting on {choice.line()})"
         sys.stderr.write(f"jazz-bridge: error: {logs.mask(text)}\n")
         return EXIT_ERROR
     except KeyboardInterrupt:

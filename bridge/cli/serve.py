@@ -17,6 +17,7 @@ from ..config import CoreSettings
 from ..errors import AdapterError, BridgeError, ConfigError
 from ..ports import AdapterSpec
 from .init import refuse_foreign_directory
+from .served import record_served
 
 
 def _bind_problem(exc: OSError, host: str, port: int) -> str | None:
@@ -104,7 +105,7 @@ def cmd_serve(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve(settings, specs, stop)
+        await serve(settings, specs, stop, on_locked=lambda: record_served(settings, os.environ))
 
     try:
         asyncio.run(main())

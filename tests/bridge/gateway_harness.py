@@ -170,6 +170,8 @@ def gateway_env(
         "JAZZ_BRIDGE_ACCOUNTS__UID_MAX": str(uid_range[1]),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
     }
+    if "XDG_STATE_HOME" in os.environ:  # the session's (tests/conftest.py): serve records
+        env["XDG_STATE_HOME"] = os.environ["XDG_STATE_HOME"]  # its root there, not /var/lib
     env.update(extra)
     return env
 

@@ -7,9 +7,11 @@ Helpers are fixtures here, not imports: a ``conftest`` module cannot be imported
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +26,10 @@ Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 def operator_env(cwd: Path) -> dict[str, str]:
     """What the CLI runs with: a plain PATH, this checkout importable, isolation off, the root
-    ``cwd/root``, any free port, text log lines."""
+    ``cwd/root``, any free port, text log lines, the records of the root served under
+    ``cwd/xdg-state`` (never /var/lib/jazz-bridge)."""
     return {
+        "XDG_STATE_HOME": str(cwd / "xdg-state"),
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(REPO),
         "JAZZ_BRIDGE_ISOLATION": "off",
@@ -38,14 +42,60 @@ def operator_env(cwd: Path) -> dict[str, str]:
 @pytest.fixture
 def cli() -> Cli:
     """``cli(cwd, *args, timeout=120, **env)``: ``jazz-bridge ARGS`` run in ``cwd`` with
-    :func:`operator_env` and ``env`` on top (nothing of the test's own environment)."""
+    :func:`operator_env` and ``env`` on top (nothing of the test's own environment); a
+    variable given as None is left out (``JAZZ_BRIDGE_ROOT=None``: no root in the
+    environment)."""
 
     def run(
-        cwd: Path, *args: str, timeout: float = 120, **env: str
+        cwd: Path, *args: str, timeout: float = 120, **env: str | None
     ) -> subprocess.CompletedProcess[str]:
-        return run_cli({**operator_env(cwd), **env}, *args, timeout=timeout, cwd=cwd, inherit=False)
+        return run_cli(_env(cwd, env), *args, timeout=timeout, cwd=cwd, inherit=False)
 
     return run
+
+
+def _env(cwd: Path, env: dict[str, str | None]) -> dict[str, str]:
+    merged: dict[str, str | None] = {**operator_env(cwd), **env}
+    return {k: v for k, v in merged.items() if v is not None}
+
+
+Serving = Callable[..., contextlib.AbstractContextManager[subprocess.Popen[str]]]
+
+
+@pytest.fixture
+def serving() -> Serving:
+    """``with serving(cwd, **env) as proc``: a real ``jazz-bridge serve`` (as :func:`cli`
+    runs commands), entered once it logs that it listens (so it holds its root and has
+    recorded it), stopped with SIGTERM on leaving. ``command``: how ``jazz-bridge`` is run
+    (another account's ``setpriv ... python -m bridge.cli``)."""
+
+    @contextlib.contextmanager
+    def serve(
+        cwd: Path, *, command: list[str] | None = None, **env: str | None
+    ) -> Iterator[subprocess.Popen[str]]:
+        proc = subprocess.Popen(
+            [*(command or [sys.executable, "-m", "bridge.cli"]), "serve"],
+            cwd=cwd,
+            env=_env(cwd, env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        seen: list[str] = []
+        try:
+            for line in proc.stderr:  # ends at EOF: a serve that died says why below
+                seen.append(line)
+                if "jazz-bridge listening on" in line:
+                    break
+            else:
+                raise AssertionError("serve ended before it listened:\n" + "".join(seen))
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+
+    return serve
 
 
 def last_error_line(done: subprocess.CompletedProcess[str]) -> str:

@@ -17,18 +17,11 @@ subprocess (``setpriv``).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
-import pytest
 from accounts_support import OperatorGroup, needs_root
+from cli_support import AS_NOBODY, REPO, interpreter, run_as
 from gateway_harness import run_cli
-
-REPO = Path(__file__).resolve().parents[3]
-NOBODY = 65534  # in no operator group
-AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
 
 
 def _as_member(group: OperatorGroup) -> list[str]:
@@ -39,31 +32,6 @@ def _as_member(group: OperatorGroup) -> list[str]:
         f"--groups={group.gid}",
         "--",
     ]
-
-
-def _run_as(
-    switch: list[str], argv: list[str], env: dict[str, str], cwd: Path
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*switch, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
-    )
-
-
-def _interpreter(switch: list[str], cwd: Path, who: str) -> tuple[list[str], dict[str, str]]:
-    """A Python the account ``switch`` runs as can run with this checkout importable: the
-    test's own when others may execute it, else the system's of the same version with our
-    site-packages (the venv's interpreter may live under /root)."""
-    site = sysconfig.get_paths()["purelib"]
-    for argv, extra in (
-        ([sys.executable], {"PYTHONPATH": str(REPO)}),
-        (["/usr/bin/python3"], {"PYTHONPATH": f"{REPO}:{site}"}),
-    ):
-        probe = _run_as(
-            switch, [*argv, "-c", "import bridge.cli"], {"PATH": "/usr/bin:/bin", **extra}, cwd
-        )
-        if probe.returncode == 0:
-            return argv, extra
-    pytest.skip(f"no Python usable by {who} here")
 
 
 def _root_env(root: Path, group: OperatorGroup, uid_range: tuple[int, int]) -> dict[str, str]:
@@ -94,8 +62,8 @@ def test_doctor_as_an_operator_judges_isolated_homes_by_the_roots_rules(
 
     # an operator (member of the group, not root) asks the same doctor about the same root
     member = _as_member(operator_group)
-    python, extra = _interpreter(member, tmp_path, "a non-root operator account")
-    done = _run_as(member, [*python, "-m", "bridge.cli", "doctor"], {**env, **extra}, tmp_path)
+    python, extra = interpreter(member, tmp_path, "a non-root operator account")
+    done = run_as(member, [*python, "-m", "bridge.cli", "doctor"], {**env, **extra}, tmp_path)
     home_lines = [line for line in done.stdout.splitlines() if f"home {home.name}" in line]
     assert home_lines, done.stdout + done.stderr
     # the home is exactly right; the operator must not be told it is broken ("want 0700")
@@ -123,9 +91,9 @@ def test_doctor_that_cannot_list_the_homes_does_not_pass(tmp_path: Path) -> None
         inherit=False,
     )
     assert made.returncode == 0, made.stderr
-    python, extra = _interpreter(AS_NOBODY, tmp_path, "nobody")
+    python, extra = interpreter(AS_NOBODY, tmp_path, "nobody")
 
-    done = _run_as(AS_NOBODY, [*python, "-m", "bridge.cli", "doctor"], {**env, **extra}, tmp_path)
+    done = run_as(AS_NOBODY, [*python, "-m", "bridge.cli", "doctor"], {**env, **extra}, tmp_path)
 
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 1, done.stdout + done.stderr

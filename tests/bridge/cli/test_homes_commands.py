@@ -5,14 +5,13 @@ never write."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from bridge.model import Inbound
-from bridge.store import SqliteStore
+from cli_support import add_conversation
+
 from provisioning import naming
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
@@ -20,24 +19,6 @@ ErrorLine = Callable[[subprocess.CompletedProcess[str]], str]
 
 SLACK_KEY = "slack:T0TEAM0001:C0CHAN0001:1764669600.000100"
 SLACK_LINK = "https://acme.slack.com/archives/C0CHAN0001/p1764669600000100"
-
-
-def add_conversation(root: Path, key: str, platform: str) -> None:
-    """A conversation in the root's store, as the gateway records one (no run yet)."""
-
-    async def go() -> None:
-        store = SqliteStore(root / "state" / "bridge.db")
-        await store.open()
-        try:
-            await store.accept(
-                Inbound(platform=platform, event_id="e1", thread_key=key, sender_id="u", text="x"),
-                home=naming.home_name(key),
-                is_command=False,
-            )
-        finally:
-            await store.close()
-
-    asyncio.run(go())
 
 
 def test_homes_path_prints_only_a_home_that_exists(
