@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bridge"))
 from accounts_support import OperatorGroup, needs_root
 from gateway_harness import Client, gateway_env, install_fake_runner, wait_until
 
+from bridge.cli.served import SYSTEM_STATE_DIR
+
 REPO = Path(__file__).resolve().parents[2]
 SYSTEMD = REPO / "deploy" / "systemd"
 UNIT = SYSTEMD / "jazz-bridge.service"
@@ -118,6 +120,9 @@ def test_the_unit_repairs_then_serves_as_root_with_the_hardening_provisioning_al
     assert set(one(svc, "Delegate").split()) == {"memory", "pids"}  # a cgroup per run
     assert not values(svc, "PrivateUsers") and not values(svc, "MemoryDenyWriteExecute")
     assert one(unit["Install"], "WantedBy") == "multi-user.target"
+    # where serve records the root it holds, writable under ProtectSystem=strict, so that
+    # an operator's command from any directory finds that root
+    assert Path("/var/lib") / one(svc, "StateDirectory") == SYSTEM_STATE_DIR
 
     # the unit, tmpfiles.d and the example config agree on where the root is
     root = tomllib.loads((REPO / "deploy" / "config.example.toml").read_text())["root"]
