@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import stat
 import time
 from collections.abc import Iterable
@@ -32,7 +33,7 @@ from .errors import BridgeError
 from .model import InboxState
 from .plugins import load_specs
 from .ports import LinkPatterns, LinkReader
-from .store import ConversationRecord, Store
+from .store import ConversationRecord, RunRecord, Store
 
 RUN_SCAN_LIMIT = 100_000
 LISTING_CONCURRENCY = 4  # homes summed at once for a listing (each a walk in a thread)
@@ -54,7 +55,97 @@ LIST_COLUMNS = (
     "archived",
     "home",
 )
-"""The columns of ``homes list`` and of the /ops page, in order."""
+"""The columns of ``homes list`` and of the /ops page, in order: the keys of ``homes list
+--json`` (a stable interface: never renamed); :data:`LABELS` are what people read."""
+
+LABELS = {
+    "threadKey": "Thread key",
+    "platform": "Platform",
+    "account": "Account",
+    "created": "Created",
+    "lastActive": "Last active",
+    "epoch": "Epoch",
+    "runs": "Runs",
+    "failures": "Failures",
+    "costUSD": "Cost (USD)",
+    "unpricedRuns": "Unpriced runs",
+    "sizeBytes": "Home size",
+    "archived": "Archived",
+    "home": "Home",
+    "archive": "Archive",
+    "restore": "Restore with",
+    "transcript": "Transcript",
+    "workspace": "Workspace",
+    "jazzConversation": "Jazz conversation",
+    # a run of homes show's recentRuns
+    "id": "Run",
+    "requester": "Requester",
+    "started": "Started",
+    "outcome": "Outcome",
+    "durationMs": "Duration",
+    "tokens": "Tokens",
+    "cost": "Cost",
+    "error": "Error",
+    # a pending prompt
+    "kind": "Kind",
+    # a line of the /ops transcript
+    "at": "Time",
+    "role": "Role",
+    "sender": "Sender",
+    "text": "Text",
+}
+"""What people read for each key of ``homes list`` and ``homes show`` (the CLI's tables and
+the /ops pages); the ``--json`` output keeps the keys."""
+
+SIZE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def label(key: str) -> str:
+    return LABELS.get(key, key)
+
+
+def human_size(size: int) -> str:
+    """``size`` bytes as people read it: ``512 B``, ``1.2 MiB`` (powers of 1024)."""
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in SIZE_UNITS:
+        value /= 1024
+        if value < 1024 or unit == SIZE_UNITS[-1]:
+            return f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def human_duration(ms: int) -> str:
+    """A run's duration: ``850 ms``, ``12.3 s``, ``4 min 05 s``."""
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    minutes, seconds = divmod(round(ms / 1000), 60)
+    return f"{minutes} min {seconds:02d} s"
+
+
+def cell_text(key: str, value: Any) -> str:
+    """A value of ``homes list``/``show`` as its text table and the /ops pages show it:
+    sizes human-readable, booleans yes/no, nothing for None."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key == "sizeBytes" and isinstance(value, int):
+        return human_size(value)
+    if key == "durationMs" and isinstance(value, int):
+        return human_duration(value)
+    return str(value)
+
+
+def run_outcome_text(run: dict[str, Any]) -> str:
+    """A run's outcome (a row of ``show``'s recentRuns) as people read it: a person's Stop
+    says who stopped it and how ("stopped by Ada (Stop button)"), not the signal it took."""
+    if run.get("stoppedBy"):
+        return f"stopped by {run['stoppedBy']}"
+    return str(run["outcome"])
 
 
 def _iso(ts: float | None) -> str | None:
@@ -280,7 +371,8 @@ class Operators:
             "lastActive": _iso(conv.last_active_at),
             "epoch": conv.epoch,
             "runs": len(runs),
-            "failures": sum(1 for o in done if not o.ok),
+            # a run a person stopped is no failure
+            "failures": sum(1 for o in done if not o.ok and o.stopped_by is None),
             "costUSD": round(known, 6),
             "unpricedRuns": unpriced,
             "sizeBytes": used,
@@ -308,30 +400,22 @@ class Operators:
     async def show(self, conv: ConversationRecord, recent: int = 10) -> dict[str, Any]:
         data = await self.summary(conv)
         runs = await self.store.runs(conv.id, limit=recent)
-        data["recentRuns"] = [
-            {
-                "id": r.id,
-                "requester": r.requester,
-                "started": _iso(r.started_at),
-                "outcome": (
-                    "in flight"
-                    if r.outcome is None
-                    else ("ok" if r.outcome.ok else r.outcome.envelope_code or "failed")
-                ),
-                "durationMs": r.outcome.duration_ms if r.outcome else None,
-                "tokens": r.outcome.total_tokens if r.outcome else None,
-                "cost": cost_text(r.outcome.cost_usd, r.outcome.cost_known) if r.outcome else None,
-                "error": r.outcome.error if r.outcome else None,
-            }
-            for r in runs
-        ]
+        data["recentRuns"] = [_run_row(r) for r in runs]
         data["pendingPrompts"] = [
             {"kind": p.kind, "requester": p.requester, "created": _iso(p.created_at)}
             for p in await self.store.pending_prompts(conv.id)
         ]
         home = Path(data["home"])
-        data["transcript"] = str(home / "history")
-        data["workspace"] = str(home / "workspace")
+        if data["archived"]:
+            # the home is packed away: its paths do not exist until it is restored (to
+            # ``home``); the archive file does (``sizeBytes`` is its size)
+            data["archive"] = str(tarball_path(self.layout, conv.home))
+            data["restore"] = f"jazz-bridge homes restore {shlex.quote(conv.thread_key)}"
+            data["transcript"] = None
+            data["workspace"] = None
+        else:
+            data["transcript"] = str(home / "history")
+            data["workspace"] = str(home / "workspace")
         data["jazzConversation"] = f"{conv.thread_key}#{conv.epoch}"
         return data
 
@@ -399,6 +483,32 @@ class Operators:
                 row.update(archived=False, failed=True, reason=f"archiving failed: {exc}")
             rows.append(row)
         return rows
+
+
+def _run_row(r: RunRecord) -> dict[str, Any]:
+    """One run of ``show``'s recentRuns. A run a person stopped has outcome ``stopped`` and
+    ``stoppedBy`` ("Ada (Stop button)"); its ``error`` is what the runner said as it was
+    stopped ("interrupted by SIGTERM"), which the text views leave out."""
+    o = r.outcome
+    if o is None:
+        outcome = "in flight"
+    elif o.ok:
+        outcome = "ok"
+    elif o.stopped_by is not None:
+        outcome = "stopped"
+    else:
+        outcome = o.envelope_code or "failed"
+    return {
+        "id": r.id,
+        "requester": r.requester,
+        "started": _iso(r.started_at),
+        "outcome": outcome,
+        "stoppedBy": o.stopped_by if o else None,
+        "durationMs": o.duration_ms if o else None,
+        "tokens": o.total_tokens if o else None,
+        "cost": cost_text(o.cost_usd, o.cost_known) if o else None,
+        "error": o.error if o else None,
+    }
 
 
 class AmbiguousLink(BridgeError):

@@ -111,19 +111,12 @@ def _operator_view(
             if conv is None:
                 raise BridgeError(_no_conversation(args.key))
             data = await ops.show(conv)
+            if "restore" in data:  # the command as this one was run: the same root, config
+                data["restore"] += _same_place(args)
             if args.json:
                 dump(data)
             else:
-                for k, v in data.items():
-                    if k not in ("recentRuns", "pendingPrompts"):
-                        out(f"{k:>16}: {v}")
-                out("     recent runs:")
-                for r in data["recentRuns"]:
-                    out(
-                        f"  #{r['id']} {r['started']} {r['outcome']} {r['durationMs']} ms "
-                        f"{r['tokens']} tokens {r['cost']} {r['error'] or ''}".rstrip()
-                    )
-                out(f" pending prompts: {len(data['pendingPrompts'])}")
+                _print_show(data)
             return 0
 
     try:
@@ -175,10 +168,51 @@ def _home_path(args: argparse.Namespace, settings: CoreSettings) -> int:
     return 1
 
 
+def _same_place(args: argparse.Namespace) -> str:
+    """The ``--config`` and ``--root`` this command was given, for a command it prints."""
+    import shlex
+
+    given = [("--config", getattr(args, "config", None)), ("--root", getattr(args, "root", None))]
+    return "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in given if value)
+
+
+def _print_show(data: dict[str, Any]) -> None:
+    """``homes show`` as text: what ``--json`` says, labelled for people. An archived
+    home's paths do not exist: its archive file is named instead, and how to restore it."""
+    from ..operators import cell_text, human_size, label, run_outcome_text
+
+    shown: list[tuple[str, str]] = []
+    for k, v in data.items():
+        if k in ("recentRuns", "pendingPrompts") or v is None:
+            continue
+        if data["archived"] and k in ("home", "sizeBytes"):
+            continue  # not there until restored; the archive line gives the size
+        if k == "archive":
+            v = f"{v} ({human_size(data['sizeBytes'])})"
+        shown.append((label(k), cell_text(k, v)))
+    shown.append(("Recent runs", "" if data["recentRuns"] else "none"))
+    width = max(len(name) for name, _ in shown)
+    for name, text in shown:
+        out(f"{name:>{width}}: {text}".rstrip())
+    for r in data["recentRuns"]:
+        parts = [f"#{r['id']}", r["started"] or "", run_outcome_text(r)]
+        if r["durationMs"] is not None:
+            parts.append(cell_text("durationMs", r["durationMs"]))
+        if r["tokens"] is not None:
+            parts.append(f"{r['tokens']} tokens")
+        if r["cost"] is not None:
+            parts.append(r["cost"])
+        if r["error"] and not r["stoppedBy"]:  # a stop's "interrupted by SIGTERM" is no news
+            parts.append(r["error"])
+        out("  " + " ".join(p for p in parts if p))
+    out(f"{'Pending prompts':>{width}}: {len(data['pendingPrompts'])}")
+
+
 def _table(rows: list[dict[str, Any]]) -> None:
     from ..operators import LIST_COLUMNS as cols
+    from ..operators import cell_text, label
 
-    table = [cols] + [[str(r[c]) for c in cols] for r in rows]
+    table = [[label(c) for c in cols]] + [[cell_text(c, r[c]) for c in cols] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
     for row in table:
         out("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

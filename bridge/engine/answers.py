@@ -17,7 +17,7 @@ from ..ports import PressResult, PressStatus
 from ..store import MessageRecord, PromptRecord
 from . import prompts as P
 from .asking import Asking
-from .state import ActiveRun
+from .state import STOP_BUTTON, ActiveRun
 from .texts import ENDED_PROMPT_TEXT, RUN_OVER_TEXT, RUN_OVER_TOAST
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,9 @@ class Answers(Asking):
             # answered at once, the stop made meanwhile: a runner given its whole grace to
             # exit would hold the press past the platform's deadline (Slack: 3 s) otherwise
             stop_run.stopped_by = by or actor_id  # the name /stop would show
-            self._spawn(self._stop_run(stop_run, stop_run.stopped_by), f"stop-{stop_run.run_id}")
+            stop_run.stopped_via = STOP_BUTTON
+            stopping = self._stop_run(stop_run, stop_run.stopped_by, STOP_BUTTON)
+            self._spawn(stopping, f"stop-{stop_run.run_id}")
             return PressResult(PressStatus.OK, "Stopping…")
         if code == P.STOP and prompt_token in self._closed_bubbles:
             # pressed while its run ended: the bubble is (being) turned into the summary

@@ -27,7 +27,7 @@ from ..store import MessageRecord, Store, StoreRetry
 from .delivery import Deliverer
 from .prompts import DEFAULT_ROOM
 from .scheduler import RunScheduler
-from .state import ActiveRun, ConversationSlot, remember
+from .state import STOP_COMMAND, ActiveRun, ConversationSlot, remember
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class EngineCore:
                 task.cancel()
             await asyncio.gather(*settling, return_exceptions=True)
 
-    async def _stop_run(self, run: ActiveRun, by: str) -> None:
-        run.stopped_by = by
+    async def _stop_run(self, run: ActiveRun, by: str, via: str = STOP_COMMAND) -> None:
+        run.stopped_by, run.stopped_via = by, via
         if run.handle is not None:
             await run.handle.stop("stopped")

@@ -162,6 +162,9 @@ class Running(Commanding):
             total_tokens=result.total_tokens,
             duration_ms=result.duration_ms,
             tool_count=len(result.tool_calls) or sum(run.progress.tools.values()),
+            # a person's Stop, which the operators' views show as such (not as a failure);
+            # a run that answered all the same (it finished as the stop came) is just ok
+            stopped_by=None if result.ok else run.stopped_text(),
         )
         label = "ok" if result.ok else (result.code or "failed")
         # Stopped by the gateway's shutdown: "send it again", unless the run answered all

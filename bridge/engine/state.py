@@ -57,6 +57,10 @@ PARTS_WAIT_MAX_S = 5.0
 CLOSED_ALBUMS_KEPT = 1024
 
 
+# how a person stopped a run, recorded with it (RunOutcome.stopped_by: "Ada (Stop button)")
+STOP_COMMAND = "/stop"
+STOP_BUTTON = "Stop button"
+
 ABORT_WAIT_S = 2.0  # after the grace: how long cancelled tasks get to end, the backend to close
 
 
@@ -71,12 +75,18 @@ class ActiveRun:
     prompt_replies: dict[str, int] = field(default_factory=dict)  # token -> its message's reply
     stop_token: str = field(default_factory=P.new_token)
     stopped_by: str | None = None
+    stopped_via: str = STOP_COMMAND  # how: STOP_COMMAND or STOP_BUTTON
     shutdown: bool = False
     summary_shown: bool = False  # its bubble was turned into the summary (not "working")
     reporter: ProgressReporter | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     lease: Lease | None = None  # its run slot (parked while a prompt waits for its person)
     limits: RunLimits = field(default_factory=RunLimits)  # what it started under
+
+    def stopped_text(self) -> str | None:
+        """Who stopped it and how, as the operators' views show it ("Ada (Stop button)");
+        None when no person did."""
+        return None if self.stopped_by is None else f"{self.stopped_by} ({self.stopped_via})"
 
 
 @dataclass

@@ -9,8 +9,12 @@ signed with the token, not the token: :mod:`bridge.http.login`) that lasts
 ``COOKIE_TTL_S`` and redirects to the same page without it, so links work and the token
 does not stay in the address bar or history. Another Authorization scheme (a proxy's
 ``Basic`` password) is not the operator's token and is left alone. Every comparison is
-constant-time. Everything shown is escaped (thread keys and texts are user input), and
-the pages carry a Content-Security-Policy that allows no script at all.
+constant-time. Everything shown is escaped (thread keys and texts are user input); a
+transcript's Markdown is rendered by :mod:`.ops_markdown`, which lets no HTML of the text's
+own through; and the pages carry a Content-Security-Policy that allows no script at all.
+Columns are named for people (:data:`bridge.operators.LABELS`), sizes are human-readable
+(the exact bytes in a tooltip), and a run a person stopped reads "stopped by Ada (Stop
+button)", not as a failure.
 """
 
 from __future__ import annotations
@@ -27,8 +31,17 @@ from pydantic import SecretStr
 
 from ..errors import ConfigError
 from ..logs import mask
-from ..operators import LIST_COLUMNS, OPS_SIZE_TTL_S, Operators
+from ..operators import (
+    LIST_COLUMNS,
+    OPS_SIZE_TTL_S,
+    Operators,
+    cell_text,
+    human_size,
+    label,
+    run_outcome_text,
+)
 from .login import CookieLogin, token_matches, without_token
+from .ops_markdown import render as render_markdown
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +65,17 @@ STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}
 td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
-th{background:#f3f3f3} .num{text-align:right} .msg{white-space:pre-wrap;max-width:60em}
-.role-user{background:#eef5ff} .role-error{background:#fff0f0} code{font-size:13px}
+th{background:#f3f3f3} .num{text-align:right} .msg{max-width:60em;overflow-wrap:anywhere}
+.msg>:first-child{margin-top:0} .msg>:last-child{margin-bottom:0} .msg p{margin:.4em 0}
+.msg pre{background:#f6f6f6;padding:.4em;overflow-x:auto;white-space:pre-wrap}
+.msg table{margin:.4em 0}
+.msg blockquote{margin:.4em 0;padding-left:.8em;border-left:3px solid #ccc}
+.role-user{background:#eef5ff} .role-error,.failed{background:#fff0f0}
+.role-stopped,.stopped{background:#f4f4f4;color:#444} code{font-size:13px}
+.num,.when{white-space:nowrap}
 """
+WHEN_KEYS = frozenset({"created", "lastActive", "started", "at"})  # times: kept on one line
+STOPPED_ROLE = "stopped"  # a person's Stop: the reply that said so, shown neutral
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -81,20 +102,29 @@ def _text(value: Any) -> str:
     return escape(mask(str(value)))
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, key: str = "") -> str:
+    """One table cell of ``value`` (of ``key`` of ``homes list``/``show``): as the CLI's
+    text shows it (yes/no, a human-readable size whose bytes are in its tooltip)."""
     if value is None:
         return "<td></td>"
     if isinstance(value, bool):
-        return f"<td>{'yes' if value else 'no'}</td>"
+        return f"<td>{cell_text(key, value)}</td>"
+    if key == "sizeBytes" and isinstance(value, int):
+        return f'<td class=num title="{value} bytes">{escape(human_size(value))}</td>'
     if isinstance(value, int | float):
-        return f"<td class=num>{escape(str(value))}</td>"
-    return f"<td>{_text(value)}</td>"
+        return f"<td class=num>{escape(cell_text(key, value))}</td>"
+    css = " class=when" if key in WHEN_KEYS else ""
+    return f"<td{css}>{_text(cell_text(key, value))}</td>"
 
 
 def _table(columns: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
-    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    """A table whose header names ``columns`` (keys, shown by their labels; no header when
+    every one is empty)."""
+    names = [label(c) for c in columns]
+    head = "".join(f"<th>{escape(n)}</th>" for n in names)
+    thead = f"<thead><tr>{head}</tr></thead>" if any(names) else ""  # none: rows name themselves
     body = "".join("<tr>" + "".join(r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<table>{thead}<tbody>{body}</tbody></table>"
 
 
 def _when(ts: float) -> str:
@@ -148,6 +178,14 @@ class OpsView:
 
         return wrapper
 
+    @staticmethod
+    def _run_cell(run: dict[str, Any], key: str) -> str:
+        if key == "outcome":
+            return _run_outcome_cell(run)
+        if key == "error" and run["stoppedBy"]:
+            return "<td></td>"  # what the runner said as it was stopped: not a failure
+        return _cell(run[key], key)
+
     async def listing(self, request: web.Request) -> web.StreamResponse:
         platform = request.query.get("platform") or None
         rows = await self.operators.listing(platform=platform)
@@ -160,13 +198,14 @@ class OpsView:
                     link = f"{PREFIX}/c/{convs[row[col]]}"
                     line.append(f'<td><a href="{escape(link)}">{escape(row[col])}</a></td>')
                 else:
-                    line.append(_cell(row[col]))
+                    line.append(_cell(row[col], col))
             cells.append(line)
         body = (
             "<h1>Conversations</h1>"
-            f"<p>{len(rows)} conversation(s). Cost is known costUSD; unpricedRuns are runs "
-            "whose cost the runner did not report; sizeBytes is measured at most every "
-            f"{OPS_SIZE_TTL_S / 60:.0f} minutes.</p>" + _table(LIST_COLUMNS, cells)
+            f"<p>{len(rows)} conversation(s). {label('costUSD')} adds up the runs whose cost "
+            f"the runner reported; {label('unpricedRuns')} are those whose cost it did not. "
+            f"{label('sizeBytes')} is measured at most every {OPS_SIZE_TTL_S / 60:.0f} "
+            "minutes; an archived home's is its archive file's.</p>" + _table(LIST_COLUMNS, cells)
         )
         return _page("jazz-bridge: conversations", body)
 
@@ -175,10 +214,12 @@ class OpsView:
         if conv is None:
             return web.Response(status=404, text="no such conversation", headers=HEADERS)
         data = await self.operators.show(conv, recent=RECENT_RUNS)
+        hidden = ("recentRuns", "pendingPrompts", "transcript", "workspace", "archive", "restore")
         meta = [
-            [f"<th>{escape(k)}</th>", _cell(v)]
+            [f"<th>{escape(label(k))}</th>", _cell(v, k)]
             for k, v in data.items()
-            if k not in ("recentRuns", "pendingPrompts")
+            # archived: no home there; the archive's path and size are said below
+            if k not in hidden and not (data["archived"] and k in ("home", "sizeBytes"))
         ]
         run_cols = [
             "id",
@@ -190,28 +231,47 @@ class OpsView:
             "cost",
             "error",
         ]
-        runs = [[_cell(r[c]) for c in run_cols] for r in data["recentRuns"]]
+        runs = [[self._run_cell(r, c) for c in run_cols] for r in data["recentRuns"]]
         prompts = [
-            [_cell(p[c]) for c in ("kind", "requester", "created")] for p in data["pendingPrompts"]
+            [_cell(p[c], c) for c in ("kind", "requester", "created")]
+            for p in data["pendingPrompts"]
         ]
         lines = await self.operators.store.transcript(conv.thread_key, limit=TRANSCRIPT_LIMIT)
-        transcript = [
-            [
-                _cell(_when(e.at)),
-                f"<td class='role-{escape(e.role)}'>{escape(e.role)}</td>",
-                _cell(e.sender),
-                f"<td class=msg>{_text(e.text)}</td>",
-            ]
-            for e in lines
-        ]
+        # the replies that said "Stopped by ...": of runs a person stopped (the latest runs
+        # cover the latest lines: each line is one of a message or of its run's replies)
+        recorded = await self.operators.store.runs(conv.id, limit=TRANSCRIPT_LIMIT)
+        stopped = {r.message_id for r in recorded if r.outcome is not None and r.outcome.stopped_by}
+        transcript = []
+        for e in lines:
+            role = STOPPED_ROLE if e.role == "error" and e.message_id in stopped else e.role
+            transcript.append(
+                [
+                    _cell(_when(e.at), "at"),
+                    f"<td class='role-{escape(role)}'>{escape(role)}</td>",
+                    _cell(e.sender),
+                    f"<td class=msg>{render_markdown(mask(e.text))}</td>",
+                ]
+            )
+        if data["archived"]:
+            where = (
+                f"<p>This home is archived: its files are packed in <code>"
+                f"{escape(data['archive'])}</code> ({escape(human_size(data['sizeBytes']))})"
+                ", Jazz's own transcript with them. Restore it with <code>"
+                f"{escape(data['restore'])}</code>; the table below is the gateway's record "
+                "of what people sent and what was replied.</p>"
+            )
+        else:
+            where = (
+                f"<p>Jazz's own transcript of this conversation is under <code>"
+                f"{escape(str(data['transcript']))}</code> (conversation "
+                f"<code>{escape(str(data['jazzConversation']))}</code>); the table below is "
+                "the gateway's record of what people sent and what was replied.</p>"
+            )
         body = (
             f'<p><a href="{PREFIX}">All conversations</a></p>'
             f"<h1>{escape(conv.thread_key)}</h1>"
             + _table(["", ""], meta)
-            + f"<p>Jazz's own transcript of this conversation is under <code>"
-            f"{escape(str(data['transcript']))}</code> (conversation "
-            f"<code>{escape(str(data['jazzConversation']))}</code>); the table below is the "
-            "gateway's record of what people sent and what was replied.</p>"
+            + where
             + f"<h2>Runs (latest {RECENT_RUNS})</h2>"
             + _table(run_cols, runs)
             + f"<h2>Pending prompts ({len(prompts)})</h2>"
@@ -220,6 +280,15 @@ class OpsView:
             + _table(["at", "role", "sender", "text"], transcript)
         )
         return _page(f"jazz-bridge: {conv.thread_key}", body)
+
+
+def _run_outcome_cell(run: dict[str, Any]) -> str:
+    """A run's outcome: a person's Stop neutral ("stopped by Ada (Stop button)"), a
+    failure marked as one."""
+    outcome = run["outcome"]
+    css = "stopped" if run["stoppedBy"] else "" if outcome in ("ok", "in flight") else "failed"
+    attr = f" class={css}" if css else ""
+    return f"<td{attr}>{_text(run_outcome_text(run))}</td>"
 
 
 def add_ops_routes(

@@ -67,6 +67,9 @@ class RunOutcome:
     total_tokens: int = 0
     duration_ms: int = 0
     tool_count: int = 0
+    # who stopped the run and how, as people read it ("Ada (Stop button)", "Ada (/stop)");
+    # None when nobody did (a failure, the gateway's shutdown, or recorded before it was kept)
+    stopped_by: str | None = None
 
 
 @dataclass(frozen=True)

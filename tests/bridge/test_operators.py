@@ -6,6 +6,7 @@ import grp
 import json
 import os
 import pwd
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +17,14 @@ from accounts_support import needs_root, remove_accounts
 from gateway_harness import gateway_env, released_cli, run_cli, running_gateway
 
 from bridge.model import Inbound, InboxState
-from bridge.operators import LIST_COLUMNS, Operators, key_from_link, parse_since
+from bridge.operators import (
+    LIST_COLUMNS,
+    Operators,
+    cell_text,
+    key_from_link,
+    label,
+    parse_since,
+)
 from bridge.store import RunOutcome, SqliteStore
 from provisioning import naming
 from provisioning.layout import Layout
@@ -125,10 +133,11 @@ async def test_list_and_show(env: dict[str, str]) -> None:
     table = cli(env, "homes", "list")
     assert table.returncode == 0, table.stderr
     header, *lines = table.stdout.splitlines()
-    assert header.split() == list(LIST_COLUMNS)
+    labels = [label(col) for col in LIST_COLUMNS]  # named for people, the JSON's keys kept
+    assert re.split(r"\s{2,}", header) == labels
     starts = []
-    for col in LIST_COLUMNS:
-        starts.append(header.index(col, starts[-1] + 1 if starts else 0))
+    for name in labels:
+        starts.append(header.index(name, starts[-1] + 1 if starts else 0))
     cells = [
         {
             col: line[start : (starts[i + 1] if i + 1 < len(starts) else None)].strip()
@@ -140,7 +149,8 @@ async def test_list_and_show(env: dict[str, str]) -> None:
     for c in cells:
         row = by_key[c["threadKey"]]
         for col in LIST_COLUMNS:
-            assert c[col] == str(row[col]), (col, c, row)
+            assert c[col] == cell_text(col, row[col]), (col, c, row)
+        assert c["archived"] == "no" and re.fullmatch(r"\d+ B|[\d.]+ [KMG]iB", c["sizeBytes"]), c
     shown = json.loads(cli(env, "homes", "show", SLACK_KEY, "--json").stdout)
     assert sorted(r["outcome"] for r in shown["recentRuns"]) == ["failed", "ok", "ok"]
     assert failed in json.dumps(shown["recentRuns"])

@@ -80,6 +80,9 @@ def to_run(row: sqlite3.Row) -> RunRecord:
             total_tokens=row["total_tokens"],
             duration_ms=row["duration_ms"],
             tool_count=row["tool_count"],
+            # absent from a store of schema 4 or older read as it is (homes list/show open
+            # it read-only: the gateway migrates it at its next start)
+            stopped_by=row["stopped_by"] if "stopped_by" in row.keys() else None,  # noqa: SIM118
         )
     return RunRecord(
         id=row["id"],

@@ -75,7 +75,8 @@ class Runs(SqliteCore):
             run = conn.execute(
                 "UPDATE runs SET finished_at = ?, ok = ?, exit_code = ?, envelope_code = ?,"
                 " error = ?, cost_usd = ?, cost_known = ?, prompt_tokens = ?,"
-                " completion_tokens = ?, total_tokens = ?, duration_ms = ?, tool_count = ?"
+                " completion_tokens = ?, total_tokens = ?, duration_ms = ?, tool_count = ?,"
+                " stopped_by = ?"
                 " WHERE id = ? RETURNING message_id",
                 (
                     now,
@@ -90,6 +91,7 @@ class Runs(SqliteCore):
                     outcome.total_tokens,
                     outcome.duration_ms,
                     outcome.tool_count,
+                    outcome.stopped_by,
                     run_id,
                 ),
             ).fetchone()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..base import StoreError, StoreSchemaTooNew
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema this code writes (``PRAGMA user_version``); bump it with a migration."""
 
 # _MIGRATIONS[v - 1] takes a version-v store to version v + 1.
@@ -26,6 +26,9 @@ _MIGRATIONS = (
     # 4: the message a part belongs to when the platform delivers one in parts (a Telegram
     # album): its parts run as one turn, also when they are requeued after a restart
     "ALTER TABLE inbox ADD COLUMN part_of TEXT",
+    # 5: who stopped a run and how ("Ada (Stop button)"), so the operators' views show a
+    # person's Stop as that, not as a failure (NULL: not stopped, or finished before 5)
+    "ALTER TABLE runs ADD COLUMN stopped_by TEXT",
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 

@@ -5,13 +5,17 @@ never write."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shlex
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from cli_support import add_conversation
 
+from bridge.model import Inbound, InboxState
+from bridge.store import RunOutcome, SqliteStore
 from provisioning import naming
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
@@ -94,7 +98,7 @@ def test_a_root_made_by_init_lists_no_conversations(
     assert json.loads(listed.stdout) == []
     table = cli(tmp_path, "homes", "list")
     assert table.returncode == 0, table.stderr
-    assert table.stdout.split()[:2] == ["threadKey", "platform"]  # the header, no rows
+    assert table.stdout.startswith("Thread key  Platform  ")  # the header, no rows
     assert len(table.stdout.splitlines()) == 1
     sweep = cli(tmp_path, "homes", "archive", "--idle-days", "30", "--json")
     assert sweep.returncode == 0, sweep.stderr
@@ -113,3 +117,132 @@ def test_a_missing_root_is_still_named(tmp_path: Path, cli: Cli, error_line: Err
     assert done.returncode == 2 and done.stdout == ""
     assert "no gateway state" in error_line(done)
     assert not (tmp_path / "root").exists()
+
+
+# -- homes show: who stopped a run, an archived home -----------------------------------------
+
+# what the gateway records of a run a person stopped with the Stop button (bridge/engine/run.py)
+STOPPED = RunOutcome(
+    ok=False,
+    exit_code=None,
+    envelope_code="interrupted",
+    error="interrupted by SIGTERM",
+    duration_ms=2300,
+    stopped_by="Ada (Stop button)",
+)
+FAILED = RunOutcome(ok=False, exit_code=1, envelope_code="provider_error", error="401 bad key")
+
+
+def add_runs(root: Path, key: str, outcomes: list[RunOutcome]) -> None:
+    """A conversation with one finished run per outcome, as the gateway records them."""
+
+    async def go() -> None:
+        store = SqliteStore(root / "state" / "bridge.db")
+        await store.open()
+        try:
+            for n, outcome in enumerate(outcomes):
+                event = Inbound(
+                    platform=key.split(":")[0],
+                    event_id=f"run{n}",
+                    thread_key=key,
+                    sender_id="u",
+                    sender_name="Ada",
+                    text="x",
+                )
+                msg, _ = await store.accept(event, home=naming.home_name(key), is_command=False)
+                run = await store.begin_run(msg.id, "u")
+                assert run is not None
+                state = InboxState.DONE if outcome.ok else InboxState.FAILED
+                await store.finish_run(run.id, outcome, state, [])
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
+def test_show_says_who_stopped_a_run(tmp_path: Path, cli: Cli) -> None:
+    """A run a person stopped reads "stopped by Ada (Stop button)", not as a failure nor as
+    the signal its runner took; a failed run still shows its error."""
+    root = tmp_path / "root"
+    assert cli(tmp_path, "homes", "ensure", "web:halt").returncode == 0
+    add_runs(root, "web:halt", [STOPPED, FAILED])
+    shown = cli(tmp_path, "homes", "show", "web:halt")
+    assert shown.returncode == 0, shown.stderr
+    failed, stopped = (
+        ln for ln in shown.stdout.splitlines() if ln.startswith("  #")
+    )  # newest first
+    assert stopped.startswith("  #1 ") and "stopped by Ada (Stop button)" in stopped, stopped
+    assert "2.3 s" in stopped
+    assert "SIGTERM" not in shown.stdout and "interrupted" not in shown.stdout, shown.stdout
+    assert failed.startswith("  #2 ") and "provider_error" in failed and "401 bad key" in failed
+    assert "Failures: 1" in shown.stdout  # the stop is no failure
+    data = json.loads(cli(tmp_path, "homes", "show", "web:halt", "--json").stdout)
+    by_id = {r["id"]: r for r in data["recentRuns"]}
+    assert (by_id[1]["outcome"], by_id[1]["stoppedBy"]) == ("stopped", "Ada (Stop button)")
+    assert (by_id[2]["outcome"], by_id[2]["stoppedBy"]) == ("provider_error", None)
+    assert data["failures"] == 1
+    [listed] = json.loads(cli(tmp_path, "homes", "list", "--json").stdout)
+    assert listed["failures"] == 1
+
+
+def test_show_of_an_archived_home_names_its_archive_and_how_to_restore_it(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """Archived, a home's paths do not exist: ``homes show`` names the archive file (its
+    path and size) and the command that brings the home back, which works as printed."""
+    root = tmp_path / "root"
+    assert cli(tmp_path, "homes", "ensure", "web:packed").returncode == 0
+    add_runs(root, "web:packed", [RunOutcome(ok=True, exit_code=0, envelope_code=None)])
+    home = root / "chats" / naming.home_name("web:packed")
+    before = cli(tmp_path, "homes", "show", "web:packed")
+    assert before.returncode == 0, before.stderr
+    assert f"Home: {home}\n" in before.stdout and f"{home}/history" in before.stdout
+    assert "Archived: no" in before.stdout and "Archive:" not in before.stdout
+
+    archived = cli(tmp_path, "homes", "archive", "web:packed", "--json")
+    assert archived.returncode == 0, archived.stderr
+    [row] = json.loads(archived.stdout)
+    tarball, size = row["tarball"], row["sizeBytes"]
+    assert not home.exists() and Path(tarball).is_file()
+
+    shown = cli(tmp_path, "homes", "show", "web:packed")
+    assert shown.returncode == 0, shown.stderr
+    assert str(home) not in shown.stdout, shown.stdout  # no path that is not there
+    assert "Archived: yes" in shown.stdout
+    lines = {
+        ln.split(":", 1)[0].strip(): ln.split(":", 1)[1].strip()
+        for ln in shown.stdout.splitlines()
+        if ":" in ln and not ln.startswith("  #")
+    }
+    assert lines["Archive"] == f"{tarball} ({human(size)})", shown.stdout
+    assert lines["Restore with"] == "jazz-bridge homes restore web:packed"
+    data = json.loads(cli(tmp_path, "homes", "show", "web:packed", "--json").stdout)
+    assert data["archive"] == tarball and data["sizeBytes"] == size
+    assert data["transcript"] is None and data["workspace"] is None
+    assert data["restore"] == lines["Restore with"]
+
+    # said with --root, the command says it too
+    elsewhere = cli(
+        tmp_path,
+        "homes",
+        "show",
+        "web:packed",
+        "--root",
+        str(root),
+        JAZZ_BRIDGE_ROOT="/nonexistent",
+    )
+    assert f"Restore with: jazz-bridge homes restore web:packed --root {root}\n" in elsewhere.stdout
+    # the command works as printed
+    program, *args = shlex.split(lines["Restore with"])
+    assert program == "jazz-bridge"
+    restored = cli(tmp_path, *args)
+    assert restored.returncode == 0, restored.stderr
+    assert home.is_dir() and not Path(tarball).exists()
+    again = cli(tmp_path, "homes", "show", "web:packed")
+    assert f"{home}/history" in again.stdout and "Archive:" not in again.stdout
+
+
+def human(size: int) -> str:
+    from bridge.operators import human_size
+
+    return human_size(size)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import sqlite3
 from pathlib import Path
 
 import plain_surface
@@ -69,6 +70,15 @@ async def test_an_operator_may_stop_someone_elses_run(env: dict[str, str]) -> No
         await client.post("op", "/stop", user="oscar")
         errors = await client.wait_role("op", "error")
         assert "Stopped by oscar" in errors[0]["text"]
+    assert _stopped_by(env) == ["oscar (/stop)"]  # who and how, kept with the run
+
+
+def _stopped_by(env: dict[str, str]) -> list[str | None]:
+    """runs.stopped_by of every run, oldest first (what the operators' views show)."""
+    with contextlib.closing(
+        sqlite3.connect(Path(env["JAZZ_BRIDGE_ROOT"]) / "state" / "bridge.db")
+    ) as conn:
+        return [row[0] for row in conn.execute("SELECT stopped_by FROM runs ORDER BY id")]
 
 
 async def test_stop_sent_while_the_run_waits_for_a_slot_stops_it_as_it_starts(
@@ -104,6 +114,7 @@ async def test_stop_sent_while_the_run_waits_for_a_slot_stops_it_as_it_starts(
         )
         assert not any(t.startswith("fake answer to: message b1") for t in surface.texts())
         assert len(starts(fake_dir)) == 1  # b1's runner never started: nothing to race
+    assert _stopped_by(env) == [None, "u1 (/stop)"]  # b1 stopped as it started, by /stop
 
 
 async def test_a_message_waiting_for_a_run_slot_does_not_start_while_the_gateway_stops(

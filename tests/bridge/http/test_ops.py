@@ -10,20 +10,23 @@ gateway in process, or the real ``jazz-bridge serve``; the web chat.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from accounts_support import remove_accounts
 from faults_support import serve
-from gateway_harness import gateway_env, running_gateway
+from gateway_harness import gateway_env, run_cli, running_gateway, wait_until
 
 from bridge.runner.command import shared_interpreter
+from provisioning import naming
 
 TOKEN = "ops-token-for-the-tests-0123456789"
 # what nginx's auth_basic passes on to the gateway with every request (alice:pw)
@@ -156,3 +159,146 @@ async def test_the_ops_page_masks_a_key_quoted_in_a_run_error(
         errors = [row[0] for row in conn.execute("SELECT error FROM runs")]
     assert errors and all("invalid api key" in e for e in errors)
     assert not [e for e in errors if PROVIDER_KEY in e], "the run's record keeps the key"
+
+
+# -- what an operator reads: Markdown rendered safely, columns named for people, a Stop ------
+
+
+MARKDOWN = (
+    "**bold** and `code`\n\n- one\n- two\n\n"
+    "[site](https://example.org/x) [js](javascript:alert(1)) [here](/ops/c/1) "
+    "![pic](https://example.org/p.png)\n\n"
+    '<b>raw</b> <script>alert(1)</script> <a href="javascript:alert(2)">a</a>'
+)
+
+
+async def _page(client: Any, path: str) -> str:
+    async with client.session.get(
+        f"{client.base}{path}", headers={"Authorization": f"Bearer {TOKEN}"}
+    ) as r:
+        assert r.status == 200, (r.status, await r.text())
+        return str(await r.text())
+
+
+async def _conversation_page(client: Any, thread: str) -> str:
+    listing = await _page(client, "/ops")
+    link = re.search(rf'<a href="(/ops/c/\d+)">web:{re.escape(thread)}</a>', listing)
+    assert link is not None, listing
+    return await _page(client, link.group(1))
+
+
+def _message_cells(page: str) -> list[str]:
+    return re.findall(r"<td class=msg>(.*?)</td>\s*</tr>", page, re.S)
+
+
+async def test_a_transcript_s_markdown_is_rendered_and_nothing_of_its_html(
+    env: dict[str, str],
+) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("md", MARKDOWN)
+        await client.wait_role("md", "assistant")
+        page = await _conversation_page(client, "md")
+    cell = _message_cells(page)[0]
+    # rendered: emphasis, code, a list, a web link that opens nothing of the page's
+    assert "<strong>bold</strong>" in cell and "<code>code</code>" in cell, cell
+    assert "<li>one</li>" in cell and "<li>two</li>" in cell, cell
+    assert '<a href="https://example.org/x" rel="noopener noreferrer nofollow">site</a>' in cell
+    # any other address stays text: no javascript:, no link into the gateway's own pages
+    assert re.findall(r'href="([^"]*)"', cell) == [
+        "https://example.org/x",
+        "https://example.org/p.png",
+    ], cell
+    assert "[js](javascript:alert(1))" in cell and "[here](/ops/c/1)" in cell, cell
+    # an image is a link to it, never loaded
+    assert "<img" not in page
+    assert 'href="https://example.org/p.png"' in cell and "image: pic" in cell, cell
+    # the text's own HTML is text
+    assert "&lt;b&gt;raw&lt;/b&gt;" in cell and "&lt;script&gt;alert(1)&lt;/script&gt;" in cell
+    assert "<script" not in page and "<b>" not in page
+    assert "&lt;a href=&quot;javascript:alert(2)&quot;&gt;" in cell, cell
+
+
+async def test_the_ops_columns_are_named_for_people(env: dict[str, str]) -> None:
+    async with running_gateway(env) as (_, client):
+        await client.post("cols", "hello")
+        await client.wait_role("cols", "assistant")
+        listing = await _page(client, "/ops")
+        page = await _conversation_page(client, "cols")
+    headers = re.findall(r"<th>(.*?)</th>", listing)
+    assert "Last active" in headers and "Home size" in headers and "Thread key" in headers
+    for key in ("lastActive", "sizeBytes", "threadKey", "costUSD", "unpricedRuns"):
+        assert key not in listing, key
+    # a size people read, its bytes in the tooltip; archived says no
+    size = re.search(r'<td class=num title="(\d+) bytes">([\d.]+ (?:B|KiB|MiB|GiB))</td>', listing)
+    assert size is not None and int(size.group(1)) > 0, listing
+    assert "<td>no</td>" in listing and "False" not in listing
+    # the conversation's page too, its runs and transcript
+    for label in ("Thread key", "Last active", "Home size", "Archived", "Jazz conversation"):
+        assert f"<th>{label}</th>" in page, label
+    for label in ("Run", "Requester", "Started", "Outcome", "Duration", "Time", "Role"):
+        assert f"<th>{label}</th>" in page, label
+    assert "durationMs" not in page and "jazzConversation" not in page and "False" not in page
+
+
+async def _live_stop(client: Any, thread: str) -> str:
+    """The Stop token of ``thread``'s progress bubble, once it shows."""
+    found: list[str] = []
+
+    async def shown() -> bool:
+        found[:] = [
+            str(c["token"])
+            for m in await client.messages(thread)
+            if m.get("live")
+            for c in m["choices"]
+        ]
+        return bool(found)
+
+    await wait_until(shown, what=f"the progress bubble of {thread} with its Stop")
+    return found[0]
+
+
+async def test_a_person_s_stop_says_who_stopped_it_and_how(env: dict[str, str]) -> None:
+    """/stop and the Stop button: each run reads "stopped by ada (...)", neutral, not as a
+    failure (no red) and not as the signal the runner took ("interrupted by SIGTERM")."""
+    async with running_gateway(env) as (_, client):
+        await client.post("halt", "hold H1")
+        await wait_until(lambda: len(client.starts("web:halt")) == 1, what="H1 started")
+        await client.post("halt", "/stop")
+        await client.wait_role("halt", "error")
+        await client.post("halt", "hold H2")
+        stop = await _live_stop(client, "halt")
+        status, body = await client.press("halt", stop, "ada")
+        assert status == 200, (status, body)
+        await client.wait_role("halt", "error", count=2)
+        page = await _conversation_page(client, "halt")
+    stopped = re.findall(r"<td class=stopped>(.*?)</td>", page)
+    assert stopped == ["stopped by ada (Stop button)", "stopped by ada (/stop)"], page
+    assert "SIGTERM" not in page and "no_envelope" not in page and "class=failed" not in page
+    # the replies that said so: not red errors
+    roles = re.findall(r"<td class='role-(\w+)'>", page)
+    assert roles.count("stopped") == 2 and "error" not in roles, roles
+    with sqlite3.connect(Path(env["JAZZ_BRIDGE_ROOT"]) / "state" / "bridge.db") as conn:
+        recorded = [row[0] for row in conn.execute("SELECT stopped_by FROM runs ORDER BY id")]
+    assert recorded == ["ada (/stop)", "ada (Stop button)"]
+
+
+async def test_an_archived_home_s_page_names_its_archive_not_its_paths(
+    env: dict[str, str],
+) -> None:
+    from bridge.operators import human_size
+
+    async with running_gateway(env) as (_, client):
+        await client.post("packed", "hello")
+        await client.wait_role("packed", "assistant")
+        done = await asyncio.to_thread(run_cli, env, "homes", "archive", "web:packed", "--json")
+        assert done.returncode == 0, done.stderr
+        [row] = json.loads(done.stdout)
+        page = await _conversation_page(client, "packed")
+        listing = await _page(client, "/ops")
+    home = Path(env["JAZZ_BRIDGE_ROOT"]) / "chats" / naming.home_name("web:packed")
+    assert not home.exists()
+    assert str(home) not in page, "the page names paths that are not there"
+    assert f"<code>{row['tarball']}</code> ({human_size(row['sizeBytes'])})" in page, page
+    assert "<code>jazz-bridge homes restore web:packed</code>" in page, page
+    assert "<th>Archived</th><td>yes</td>" in page
+    assert f'title="{row["sizeBytes"]} bytes"' in listing  # the archive's size, in the list

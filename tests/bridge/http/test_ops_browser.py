@@ -2,21 +2,34 @@
 
 Off without ops.token (404); refuses a missing (401) or wrong (403) token; with ?token=
 it keeps an HttpOnly SameSite=Strict cookie so links work; lists conversations with the
-columns of ``homes list``; shows a conversation's runs and transcript, escaped.
+columns of ``homes list``, named for people (sizes human-readable, yes/no); shows a
+conversation's runs and transcript, its Markdown rendered and its HTML escaped, and a run a
+person stopped as "stopped by ..." (neutral, not a red error). Screenshots of each page
+are left in the test's temporary directory.
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from accounts_support import remove_accounts
 from browser_support import CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
-from gateway_harness import gateway_env, install_fake_runner, running_gateway
+from gateway_harness import (
+    gateway_env,
+    install_fake_runner,
+    run_cli,
+    running_gateway,
+    wait_until,
+)
 
-from bridge.operators import LIST_COLUMNS
+from bridge.operators import LIST_COLUMNS, label
+from provisioning import naming
 
 TOKEN = "ops-token-for-tests-0123456789"
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
@@ -94,15 +107,19 @@ async def test_ops_pages_in_a_browser(env: dict[str, str], tmp_path: Path) -> No
             assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
             assert cookie["path"] == "/ops" and TOKEN not in cookie["value"]
             headers = page.locator("thead th")
-            assert await headers.all_inner_texts() == list(LIST_COLUMNS)
+            labels = [label(c) for c in LIST_COLUMNS]
+            assert await headers.all_inner_texts() == labels
             rows = page.locator("tbody tr")
             await expect(rows).to_have_count(2)
             support = rows.filter(has_text="web:support")
             cells = await support.locator("td").all_inner_texts()
-            row = dict(zip(LIST_COLUMNS, cells, strict=True))
-            assert row["platform"] == "web"
-            assert (row["runs"], row["failures"], row["unpricedRuns"]) == ("2", "1", "2")
-            assert row["archived"] == "no" and int(row["sizeBytes"]) > 0
+            row = dict(zip(labels, cells, strict=True))
+            assert row["Platform"] == "web"
+            assert (row["Runs"], row["Failures"], row["Unpriced runs"]) == ("2", "1", "2")
+            assert row["Archived"] == "no"
+            assert re.fullmatch(r"[\d.]+ (B|KiB|MiB)", row["Home size"]), row["Home size"]
+            size = support.locator("td[title$=' bytes']")
+            assert int((await size.get_attribute("title") or "").split()[0]) > 0
             await page.screenshot(path=str(tmp_path / "ops-list.png"))
 
             # a link works with the cookie alone
@@ -128,5 +145,96 @@ async def test_ops_pages_in_a_browser(env: dict[str, str], tmp_path: Path) -> No
             other = await browser.new_page()
             refused = await other.goto(page.url)
             assert refused is not None and refused.status == 401
+        finally:
+            await browser.close()
+
+
+MARKDOWN = (
+    "Steps **to try**:\n\n1. run `make`\n2. see [the docs](https://example.org/docs)\n\n"
+    "```\nmake test\n```\n\n<b>not bold</b>"
+)
+
+
+async def _live_stop(client: Any, thread: str) -> str:
+    """The Stop token of ``thread``'s progress bubble, once it shows."""
+    found: list[str] = []
+
+    async def shown() -> bool:
+        found[:] = [
+            str(c["token"])
+            for m in await client.messages(thread)
+            if m.get("live")
+            for c in m["choices"]
+        ]
+        return bool(found)
+
+    await wait_until(shown, what=f"the progress bubble of {thread} with its Stop")
+    return found[0]
+
+
+@pytest.mark.browser
+@NEEDS_CHROMIUM
+async def test_a_conversation_page_renders_markdown_and_says_who_stopped_a_run(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    env["JAZZ_BRIDGE_OPS__TOKEN"] = TOKEN
+    async with running_gateway(env) as (app, client), async_playwright() as pw:
+        await client.post("notes", MARKDOWN)
+        await client.wait_role("notes", "assistant")
+        await client.post("notes", "hold N1")
+        stop = await _live_stop(client, "notes")
+        status, body = await client.press("notes", stop, "ada")
+        assert status == 200, (status, body)
+        await client.wait_role("notes", "error")
+        base = f"http://127.0.0.1:{app.port}"
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
+        )
+        try:
+            page = await browser.new_page()
+            await page.goto(f"{base}/ops?token={TOKEN}")
+            await page.get_by_role("link", name="web:notes").click()
+            await expect(page.locator("h1")).to_have_text("web:notes")
+            first = page.locator("td.msg").first
+            # Markdown rendered: emphasis, a numbered list, code, a link that leaves safely
+            await expect(first.locator("strong")).to_have_text("to try")
+            await expect(first.locator("ol li")).to_have_count(2)
+            await expect(first.locator("pre code")).to_have_text("make test")
+            docs = first.get_by_role("link", name="the docs")
+            await expect(docs).to_have_attribute("href", "https://example.org/docs")
+            await expect(docs).to_have_attribute("rel", "noopener noreferrer nofollow")
+            # its HTML is text, shown as written
+            await expect(first).to_contain_text("<b>not bold</b>")
+            assert await first.locator("b").count() == 0
+            # the stopped run: who stopped it and how, neutral; its reply not a red error
+            runs = page.locator("h2:has-text('Runs') + table tbody tr")
+            await expect(runs.first).to_contain_text("stopped by ada (Stop button)")
+            await expect(runs.first).not_to_contain_text("SIGTERM")
+            outcome = runs.first.locator("td.stopped")
+            await expect(outcome).to_have_text("stopped by ada (Stop button)")
+            red = "rgb(255, 240, 240)"
+            color = await outcome.evaluate("e => getComputedStyle(e).backgroundColor")
+            assert color != red, color
+            stopped = page.locator("td.role-stopped")
+            await expect(stopped).to_have_count(1)
+            await expect(page.locator("td.role-error")).to_have_count(0)
+            color = await stopped.evaluate("e => getComputedStyle(e).backgroundColor")
+            assert color != red, color
+            await page.screenshot(path=str(tmp_path / "ops-markdown-and-stop.png"), full_page=True)
+
+            # archived: the page names the archive file and how to restore it, no home path
+            done = await asyncio.to_thread(run_cli, env, "homes", "archive", "web:notes")
+            assert done.returncode == 0, done.stdout + done.stderr
+            home = Path(env["JAZZ_BRIDGE_ROOT"]) / "chats" / naming.home_name("web:notes")
+            assert not home.exists()
+            await page.reload()
+            body = page.locator("body")
+            await expect(body).to_contain_text("This home is archived")
+            await expect(body).to_contain_text("jazz-bridge homes restore web:notes")
+            await expect(body).to_contain_text(".tar.gz")
+            await expect(body).not_to_contain_text(str(home))
+            await page.screenshot(path=str(tmp_path / "ops-archived.png"), full_page=True)
         finally:
             await browser.close()

@@ -17,9 +17,9 @@ import pytest
 from store_support import inbound, reply
 
 from bridge.model import Inbound, InboxState, ReplyState
-from bridge.store import SqliteStore, StoreError, StoreSchemaTooNew
+from bridge.store import RunOutcome, SqliteStore, StoreError, StoreSchemaTooNew
 from bridge.store.sqlite import core as sqlite_core
-from bridge.store.sqlite.schema import SCHEMA_V1, SCHEMA_VERSION
+from bridge.store.sqlite.schema import _MIGRATIONS, SCHEMA_V1, SCHEMA_VERSION
 
 SECRET = "correct-horse-battery-staple-4242"
 
@@ -89,7 +89,72 @@ async def test_a_version_1_store_is_migrated_in_place(db_path: Path) -> None:
     finally:
         await s.close()
     with sqlite3.connect(db_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+
+
+def _version_4_store(db_path: Path) -> None:
+    """A store as jazz-bridge wrote it before runs kept who stopped them (schema 4), with
+    one finished run."""
+    db_path.parent.mkdir()
+    conn = sqlite3.connect(db_path)
+    conn.executescript(SCHEMA_V1)
+    for migration in _MIGRATIONS[:3]:
+        conn.execute(migration)
+    conn.execute(
+        "INSERT INTO conversations (thread_key, platform, home, epoch, created_at,"
+        " last_active_at) VALUES ('slack:T1:C1:1.0', 'slack', 'h', 1, 0, 0)"
+    )
+    conn.execute(
+        "INSERT INTO inbox (conversation_id, platform, event_id, thread_key, sender_id, text,"
+        " state, received_at) VALUES (1, 'slack', 'old', 'slack:T1:C1:1.0', 'U1', 'hi',"
+        " 'failed', 0)"
+    )
+    conn.execute(
+        "INSERT INTO runs (conversation_id, message_id, requester, epoch, started_at,"
+        " finished_at, ok, envelope_code, error) VALUES (1, 1, 'U1', 1, 0, 1, 0,"
+        " 'interrupted', 'interrupted by SIGTERM')"
+    )
+    conn.execute("PRAGMA user_version = 4")
+    conn.commit()
+    conn.close()
+
+
+async def test_a_version_4_store_keeps_who_stopped_a_run_once_migrated(db_path: Path) -> None:
+    """Migration 5 adds runs.stopped_by: an older run reads None (nobody known), a new one
+    keeps it."""
+    _version_4_store(db_path)
+    s = SqliteStore(db_path)
+    await s.open()
+    try:
+        [old] = await s.runs(1)
+        assert old.outcome is not None and old.outcome.stopped_by is None
+        assert old.outcome.error == "interrupted by SIGTERM"
+        new, _ = await s.accept(inbound("new"), home="h", is_command=False)
+        run = await s.begin_run(new.id, "U1")
+        assert run is not None
+        stopped = RunOutcome(False, None, "interrupted", stopped_by="Ada (/stop)")
+        await s.finish_run(run.id, stopped, InboxState.FAILED, [])
+        assert (await s.runs(1, limit=1))[0].outcome == stopped
+    finally:
+        await s.close()
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+async def test_a_version_4_store_is_read_as_it_is_by_a_read_only_open(db_path: Path) -> None:
+    """``homes list``/``show`` open the store read-only and never migrate it: a store the
+    gateway has not migrated yet (it was upgraded, not restarted) still reads, its runs
+    stopped by nobody known."""
+    _version_4_store(db_path)
+    s = SqliteStore(db_path, read_only=True)
+    await s.open()
+    try:
+        [old] = await s.runs(1)
+        assert old.outcome is not None and old.outcome.stopped_by is None
+    finally:
+        await s.close()
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4  # left as it was
 
 
 async def test_durable_once_accept_returns(sqlite_store: SqliteStore, db_path: Path) -> None:

@@ -68,6 +68,27 @@ async def test_run_lifecycle(store: Store) -> None:
     assert redacted is not None and redacted.text == "[redacted]"
 
 
+async def test_a_run_a_person_stopped_keeps_who_stopped_it_and_how(store: Store) -> None:
+    """``RunOutcome.stopped_by`` ("Ada (Stop button)") is kept with the run; a run nobody
+    stopped has None."""
+    m1, _ = await store.accept(inbound("ev1"), home="h", is_command=False)
+    m2, _ = await store.accept(inbound("ev2"), home="h", is_command=False)
+    stopped = RunOutcome(
+        ok=False,
+        exit_code=None,
+        envelope_code="interrupted",
+        error="interrupted by SIGTERM",
+        stopped_by="Ada (Stop button)",
+    )
+    run = await store.start_run(m1.id, "U1", 1)
+    await store.finish_run(run.id, stopped, InboxState.FAILED, [])
+    other = await store.start_run(m2.id, "U1", 1)
+    await store.finish_run(other.id, RunOutcome(False, 1, "failed"), InboxState.FAILED, [])
+    by_id = {r.id: r.outcome for r in await store.runs(m1.conversation_id)}
+    assert by_id[run.id] == stopped
+    assert by_id[other.id] is not None and by_id[other.id].stopped_by is None
+
+
 async def test_complete_message_records_replies(store: Store) -> None:
     m, _ = await store.accept(inbound("cmd"), home="h", is_command=True)
     recs = await store.complete_message(
