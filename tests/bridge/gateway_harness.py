@@ -242,6 +242,19 @@ class Client:
         await wait_until(check, timeout, f"{count} {role} message(s) in {thread}")
         return found
 
+    async def live_stop(self, thread: str) -> str:
+        """The Stop token of ``thread``'s progress bubble, once it shows."""
+        found: list[dict[str, Any]] = []
+
+        async def shown() -> bool:
+            found[:] = [
+                c for m in await self.messages(thread) if m.get("live") for c in m["choices"]
+            ]
+            return bool(found)
+
+        await wait_until(shown, what=f"the progress bubble of {thread} with its Stop")
+        return str(found[0]["token"])
+
     def runs(self) -> list[dict[str, Any]]:
         return run_events(self.fake_dir)
 

@@ -121,23 +121,11 @@ async def test_a_body_that_cannot_be_decoded_is_a_400(env: dict[str, str]) -> No
         assert await client.messages("gz") == []
 
 
-async def _live_stop(client: Client, thread: str) -> str:
-    """The Stop token of ``thread``'s progress bubble, once it shows."""
-    found: list[dict[str, Any]] = []
-
-    async def shown() -> bool:
-        found[:] = [c for m in await client.messages(thread) if m.get("live") for c in m["choices"]]
-        return bool(found)
-
-    await wait_until(shown, what=f"the progress bubble of {thread} with its Stop")
-    return str(found[0]["token"])
-
-
 async def test_a_button_is_pressed_only_through_its_own_thread(env: dict[str, str]) -> None:
     async with running_gateway(env) as (_, client):
         # a Stop: pressed through another thread's URL, it stopped this thread's run
         await client.post("own", "hold OWN")
-        stop = await _live_stop(client, "own")
+        stop = await client.live_stop("own")
         status, body = await client.press("other", stop, "ada")
         assert status == 410, (status, body)
         client.release("OWN")
@@ -410,7 +398,7 @@ async def test_a_runs_summary_line_goes_with_its_answer(env: dict[str, str]) -> 
     long = "hold SUM " + "a long question that makes a long answer " * 60
     async with running_gateway(env) as (_, client):
         await client.post("sum", long)
-        await _live_stop(client, "sum")  # the bubble shows, with its Stop
+        await client.live_stop("sum")  # the bubble shows, with its Stop
         client.release("SUM")
         (answer,) = await client.wait_role("sum", "assistant")
         assert "fake answer to: hold SUM" in answer["text"]

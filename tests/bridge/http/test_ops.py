@@ -240,23 +240,6 @@ async def test_the_ops_columns_are_named_for_people(env: dict[str, str]) -> None
     assert "durationMs" not in page and "jazzConversation" not in page and "False" not in page
 
 
-async def _live_stop(client: Any, thread: str) -> str:
-    """The Stop token of ``thread``'s progress bubble, once it shows."""
-    found: list[str] = []
-
-    async def shown() -> bool:
-        found[:] = [
-            str(c["token"])
-            for m in await client.messages(thread)
-            if m.get("live")
-            for c in m["choices"]
-        ]
-        return bool(found)
-
-    await wait_until(shown, what=f"the progress bubble of {thread} with its Stop")
-    return found[0]
-
-
 async def test_a_person_s_stop_says_who_stopped_it_and_how(env: dict[str, str]) -> None:
     """/stop and the Stop button: each run reads "stopped by ada (...)", neutral, not as a
     failure (no red) and not as the signal the runner took ("interrupted by SIGTERM")."""
@@ -266,7 +249,7 @@ async def test_a_person_s_stop_says_who_stopped_it_and_how(env: dict[str, str]) 
         await client.post("halt", "/stop")
         await client.wait_role("halt", "error")
         await client.post("halt", "hold H2")
-        stop = await _live_stop(client, "halt")
+        stop = await client.live_stop("halt")
         status, body = await client.press("halt", stop, "ada")
         assert status == 200, (status, body)
         await client.wait_role("halt", "error", count=2)

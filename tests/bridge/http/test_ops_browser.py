@@ -14,7 +14,6 @@ import asyncio
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -25,7 +24,6 @@ from gateway_harness import (
     install_fake_runner,
     run_cli,
     running_gateway,
-    wait_until,
 )
 
 from bridge.operators import LIST_COLUMNS, label
@@ -155,23 +153,6 @@ MARKDOWN = (
 )
 
 
-async def _live_stop(client: Any, thread: str) -> str:
-    """The Stop token of ``thread``'s progress bubble, once it shows."""
-    found: list[str] = []
-
-    async def shown() -> bool:
-        found[:] = [
-            str(c["token"])
-            for m in await client.messages(thread)
-            if m.get("live")
-            for c in m["choices"]
-        ]
-        return bool(found)
-
-    await wait_until(shown, what=f"the progress bubble of {thread} with its Stop")
-    return found[0]
-
-
 @pytest.mark.browser
 @NEEDS_CHROMIUM
 async def test_a_conversation_page_renders_markdown_and_says_who_stopped_a_run(
@@ -184,7 +165,7 @@ async def test_a_conversation_page_renders_markdown_and_says_who_stopped_a_run(
         await client.post("notes", MARKDOWN)
         await client.wait_role("notes", "assistant")
         await client.post("notes", "hold N1")
-        stop = await _live_stop(client, "notes")
+        stop = await client.live_stop("notes")
         status, body = await client.press("notes", stop, "ada")
         assert status == 200, (status, body)
         await client.wait_role("notes", "error")
