@@ -71,6 +71,7 @@ async def deliver_within(
     if not done:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+    await deliverer.settle()  # a sent mark on its way is on disk before the test reads it
 
 
 def landed(fake: FakeSlackApi) -> list[dict[str, Any]]:
