@@ -19,6 +19,7 @@ Parameters are plain JSON values (a ``TelegramObject`` given is sent as its ``to
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,8 @@ from telegram._utils.defaultvalue import DEFAULT_NONE, DefaultValue  # PTB's "no
 from telegram.error import TelegramError
 from telegram.request import BaseRequest, RequestData
 from telegram.request._requestparameter import RequestParameter  # RequestData's item type
+
+log = logging.getLogger(__name__)
 
 JSON = Any  # what json.loads gives: dict, list, str, int, float, bool or None
 
@@ -57,9 +60,14 @@ class BotApi:
         request = self._bot.request
         if method == "getUpdates" and self._updates_request is not None:
             request = self._updates_request
-        return await request.post(
+        # what PTB's Bot logs at DEBUG for its own calls, so log.level = "DEBUG" still shows
+        # every Bot API call and its answer (never the token: it is in the URL only)
+        log.debug("telegram: calling %s with %s", method, params)
+        result = await request.post(
             url=f"{self._bot.base_url}/{method}", request_data=data, read_timeout=read_timeout
         )
+        log.debug("telegram: %s answered %s", method, result)
+        return result
 
     async def message_id(self, method: str, params: Mapping[str, object]) -> int:
         """``method`` (sendMessage, say) and the id of the message Telegram answers with."""
