@@ -17,8 +17,9 @@ Where the gateway may make its runs' cgroups (:func:`find_tree`, once at start):
   ``<own>/jazz-bridge-runs-<root>/<run>`` in each;
 * neither (not root, no delegation): runs have the rlimits only.
 
-A run enters its cgroup before it runs anything: its command starts with ``/bin/sh``
-writing its own pid to the cgroup's ``cgroup.procs`` and ``exec``-ing the rest in place (no
+A run enters its cgroup before it runs anything: its command starts at the gate
+(:mod:`provisioning.gate`), a ``/bin/sh`` that writes its own pid to the cgroup's
+``cgroup.procs`` files (:attr:`RunCgroup.procs_files`) and ``exec``-s the rest in place (no
 process stays, nothing in Python; as root, before the identity switch), so everything the
 run starts is born inside. The run itself cannot leave: the files belong to root. When it
 ended, the cgroup says whether the kernel refused it memory (``oom_kill``) or a process
@@ -36,7 +37,6 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,12 +53,6 @@ MOUNTINFO = Path("/proc/self/mountinfo")
 KILL_ROUNDS = 50  # v1: kill what is in the cgroup, again, until it is empty
 REMOVE_TRIES = 50  # rmdir answers EBUSY while the last killed process is still exiting
 EMPTY_WAIT_S = 0.01  # between those tries (bounded: at most ~0.5 s in all)
-# /bin/sh, run as root: write our pid to each cgroup.procs given ($1: how many), then exec
-JOIN_SCRIPT = (
-    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ >"$1" || exit 125; shift; '
-    'n=$((n - 1)); done; exec "$@"'
-)
-JOIN_FAILED = 125  # the exit code when the run could not enter its cgroup
 
 
 class CgroupError(ProvisioningError):
@@ -129,11 +123,6 @@ class RunCgroup:
     @property
     def procs_files(self) -> list[Path]:
         return [d / "cgroup.procs" for d in sorted(set(self.dirs.values()))]
-
-    def join(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` started inside this cgroup (see the module)."""
-        files = [str(f) for f in self.procs_files]
-        return ["/bin/sh", "-c", JOIN_SCRIPT, "sh", str(len(files)), *files, *argv]
 
     def limit_memory(self, limit: int) -> None:
         memory = self.dirs["memory"]

@@ -4,9 +4,10 @@ Why: a run had the gateway's own limits (``ulimit -u`` ~96k, address space and f
 unlimited, no CPU bound), so one conversation's agent could start 1,500 processes, fill the
 disk with one file or take the machine's memory, for every conversation at once.
 
-How: the runner's command starts behind util-linux ``prlimit`` (a C program exec'd in
-place: no process stays, nothing in Python), outermost, so root sets the hard limits too
-and the run can only lower them. The limits are the kernel's per-process rlimits:
+How: the run's first process waits at a gate (:mod:`provisioning.gate`) while the gateway
+sets them on it with ``prlimit(2)``, before the identity switch, so root sets the hard
+limits too and the run can only lower them. The limits are the kernel's per-process
+rlimits:
 
 * ``RLIMIT_NPROC`` (processes and threads) is counted per *uid*: isolated, every
   conversation is its own account, so it bounds that conversation's run and everything it
@@ -24,14 +25,10 @@ bound the gateway and all its runs together.
 
 from __future__ import annotations
 
-import functools
 import resource
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-
-from .errors import RlimitsUnavailable
 
 CPU_KILL_GRACE_S = 5  # SIGXCPU at the soft limit, SIGKILL this much CPU time later
 SIGXCPU = 24
@@ -82,37 +79,32 @@ class RunLimits:
         process count is per uid, so a shared uid gets none (see the module)."""
         return self if own_account else replace(self, processes=0)
 
-    def prlimit_args(self) -> list[str]:
-        """``prlimit``'s options for these limits (soft and hard alike, except CPU: the
-        hard limit a few seconds later, so SIGXCPU comes first and says why). None above
-        the gateway's own hard limit: raising one takes CAP_SYS_RESOURCE, which the unit
-        does not grant, and a refused ``prlimit`` would fail every run."""
-        args = ["--core=0:0"]
-        for option, which, value in (
-            ("nproc", resource.RLIMIT_NPROC, self.processes),
-            ("as", resource.RLIMIT_AS, self.memory_bytes),
-            ("fsize", resource.RLIMIT_FSIZE, self.file_bytes),
+    def settings(self) -> list[tuple[int, tuple[int, int]]]:
+        """The kernel limits these set, as ``(RLIMIT_*, (soft, hard))``: soft and hard alike,
+        except CPU (the hard limit a few seconds later, so SIGXCPU comes first and says
+        why), and no core files. None above the gateway's own hard limit: raising one takes
+        CAP_SYS_RESOURCE, which the unit does not grant, and a refused limit would fail
+        every run."""
+        found = [(resource.RLIMIT_CORE, (0, 0))]
+        for which, value in (
+            (resource.RLIMIT_NPROC, self.processes),
+            (resource.RLIMIT_AS, self.memory_bytes),
+            (resource.RLIMIT_FSIZE, self.file_bytes),
         ):
             if value:
                 value = _within_hard(which, value)
-                args.append(f"--{option}={value}:{value}")
+                found.append((which, (value, value)))
         if self.cpu_s:
             soft = _within_hard(resource.RLIMIT_CPU, self.cpu_s)
             hard = _within_hard(resource.RLIMIT_CPU, self.cpu_s + CPU_KILL_GRACE_S)
-            args.append(f"--cpu={soft}:{hard}")
-        return args
+            found.append((resource.RLIMIT_CPU, (soft, hard)))
+        return found
 
-    def wrap(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` started under these limits (unchanged when there are none)."""
-        if not self.any:
-            return list(argv)
-        prlimit = prlimit_path()
-        if prlimit is None:
-            raise RlimitsUnavailable(
-                "prlimit (util-linux) is not installed: install util-linux, or set the "
-                "limits.run_max_* keys to 0 to run without limits"
-            )
-        return [prlimit, *self.prlimit_args(), "--", *argv]
+    def apply(self, pid: int) -> None:
+        """Set these limits on process ``pid`` (``prlimit(2)``: one of the gateway's
+        identity, or the gateway itself with 0). Raises OSError when one is refused."""
+        for which, limits in self.settings():
+            resource.prlimit(pid, which, limits)
 
     def hit(self, exit_code: int | None, stderr: Sequence[str]) -> LimitHit | None:
         """Which limit a failed run most likely hit, from how it ended and what it printed:
@@ -137,12 +129,3 @@ def _within_hard(which: int, value: int) -> int:
     """``value``, or the gateway's own hard limit of ``which`` when that is lower."""
     hard = resource.getrlimit(which)[1]
     return value if hard == resource.RLIM_INFINITY else min(value, hard)
-
-
-PRLIMIT_SEARCH = "/usr/bin:/bin:/usr/sbin:/sbin"
-
-
-@functools.lru_cache(maxsize=1)
-def prlimit_path() -> str | None:
-    """util-linux ``prlimit`` when installed (checked once)."""
-    return shutil.which("prlimit", path=PRLIMIT_SEARCH)

@@ -282,13 +282,9 @@ class RunIdentity:
     limits: RunLimits = field(default_factory=RunLimits)
 
     def command(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` as it must be executed: under its limits (``prlimit``, outermost: root
-        sets the hard limits), behind ``setpriv`` when that switches identity, then in its
-        own PID namespace when :attr:`private_proc` is set. Raises RlimitsUnavailable when
-        limits are set and ``prlimit`` is missing."""
-        return self.limits.wrap(self._switched(argv))
-
-    def _switched(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` as it must be executed: behind ``setpriv`` when that switches identity,
+        then in its own PID namespace when :attr:`private_proc` is set. Its limits are set
+        at the gate in front of it (:mod:`provisioning.gate`), not on its command line."""
         if self.private_proc:
             argv = pidns.wrap(argv)
         if self.uid is not None and self.setpriv is not None:

@@ -1,7 +1,7 @@
 """The ``limits.run_max_*`` keys as a run's limits, and what a person is told when a run
 hits one.
 
-Why a module: the mechanism (``prlimit``, which kernel limit counts what) is
+Why a module: the mechanism (the gate, which kernel limit counts what) is
 provisioning's; the keys and the words, naming the key an operator raises, are the
 gateway's, and both the turn and ``doctor`` use them.
 """

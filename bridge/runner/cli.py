@@ -30,12 +30,14 @@ result :mod:`.cli_result` assembles. The program and interpreter come from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 
+from provisioning import gate
 from provisioning.cgroups import CgroupError, CgroupTree, RunCgroup
 from provisioning.errors import ProvisioningError, RlimitsUnavailable
 from provisioning.rlimits import RunLimits
@@ -50,7 +52,7 @@ from .command import shared_interpreter
 from .dialect import DOCUMENTED_ASSUMED, CliProfile
 from .procs import RUN_TAG_ENV, Sweeps
 from .reaper import wrap
-from .spawn import start_process
+from .spawn import Child, abandon, start_process
 
 
 class CliRunner(RunnerBackend):
@@ -145,17 +147,19 @@ class CliRunner(RunnerBackend):
                 # a run; the gateway's own Python may sit where its runs cannot reach (a
                 # root pyenv). With a cgroup the kernel knows every process of the run.
                 argv = wrap(argv, self.kill_grace_s, shared_interpreter())
-            if cgroup is not None:  # outermost: all of it is born in the cgroup
-                argv = cgroup.join(argv)
+            procs_files = cgroup.procs_files if cgroup is not None else []
+            gates = gate.needed(identity.limits, procs_files)
+            if gates:  # outermost: nothing runs before its limits, all born in its cgroup
+                argv = gate.gated(argv, procs_files)
             proc = await start_process(argv, **kwargs)
         except (FileNotFoundError, PermissionError) as exc:
             raise RunnerError(
                 f"cannot start the runner {self.command[0]!r}: {exc.strerror}; check runner.command"
             ) from exc
-        except RlimitsUnavailable as exc:
-            raise RunnerError(f"cannot start the runner under its limits: {exc}") from exc
         finally:
             os.close(workdir)  # the child has its own copy (entered before it ran)
+        if gates:
+            await self._open_gate(proc, identity.limits)
         handle = CliRunHandle(
             proc,
             request,
@@ -171,6 +175,18 @@ class CliRunner(RunnerBackend):
         )
         await handle.begin()
         return handle
+
+    async def _open_gate(self, proc: Child, limits: RunLimits) -> None:
+        """Set the run's limits on its waiting first process, then let it go (see
+        :mod:`provisioning.gate`); a refused limit kills it and is a RunnerError."""
+        try:
+            gate.set_limits(proc.pid, limits)
+        except RlimitsUnavailable as exc:
+            await abandon(proc)
+            raise RunnerError(f"cannot start the runner under its limits: {exc}") from exc
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(gate.OPEN_LINE)  # before the prompt: the pipe keeps the order
 
     async def close(self) -> None:
         await self.sweeps.close()

@@ -149,3 +149,14 @@ async def start_process(argv: Sequence[str], **kwargs: Any) -> Child:
         child.abandon()
         raise
     return child
+
+
+async def abandon(child: Child) -> None:
+    """Kill and reap a started process the run will not use (its start failed after
+    :func:`start_process`)."""
+    if isinstance(child, PidfdChild):
+        child.abandon()  # killed: the reaping wait is short
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(child.pid, signal.SIGKILL)
+    await child.wait()

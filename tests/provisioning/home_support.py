@@ -1,6 +1,7 @@
 """Helpers the provisioning tests share: an entry's exact mode and owner, files and directories
 made with an exact mode, a command run as another account, the deep walk of a home, names
-swapped under it, and calls that must end in bounded time.
+swapped under it, calls that must end in bounded time, and commands started behind a
+run's gate.
 
 Its own module, not ``conftest``: every directory's ``conftest.py`` is imported under that one
 name, so tests import helpers from here (as from ``accounts_support``) and take fixtures from
@@ -18,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from provisioning import gate
+from provisioning.rlimits import RunLimits
 from provisioning.walk import WalkReport, repair_home_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,3 +128,25 @@ def walk(home: Path, *, setgid: bool = True, force: bool = False) -> WalkReport:
 def open_fds() -> int:
     """How many descriptors this process holds open."""
     return len(os.listdir("/proc/self/fd"))
+
+
+def gated_run(
+    argv: list[str],
+    limits: RunLimits | None = None,
+    procs_files: list[Path] | None = None,
+    timeout: float = 30.0,
+    **popen: object,
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` run to its end as the gateway starts a run: behind the gate, under
+    ``limits``, in the cgroups of ``procs_files`` (stdin then closed; output as text)."""
+    proc = gate.start(
+        argv,
+        limits or RunLimits(),
+        procs_files or [],
+        stdout=popen.pop("stdout", subprocess.PIPE),
+        stderr=popen.pop("stderr", subprocess.PIPE),
+        **popen,
+    )
+    out, err = proc.communicate(b"", timeout=timeout)  # stdin closed after the gate's line
+    text = [(b or b"").decode(errors="replace") for b in (out, err)]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, *text)

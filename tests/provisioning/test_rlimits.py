@@ -1,55 +1,47 @@
-"""A run's resource limits (provisioning/rlimits.py): the command they start under, which
-limit a run's end points to, and the limits themselves on real processes."""
+"""A run's resource limits (provisioning/rlimits.py): the kernel limits they set, which
+limit a run's end points to, and the limits themselves on real processes (started behind
+the gate, provisioning/gate.py, as the gateway starts its runs)."""
 
 from __future__ import annotations
 
+import resource
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from home_support import gated_run
 
-from provisioning.rlimits import LimitHit, RunLimits, prlimit_path
+from provisioning.rlimits import LimitHit, RunLimits
 
 TIMEOUT_S = 30
 
 
 def run(limits: RunLimits, script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        limits.wrap(["sh", "-c", script]),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+    return gated_run(["sh", "-c", script], limits, timeout=TIMEOUT_S, cwd=cwd)
 
 
-def test_no_limits_leave_the_command_as_it_is() -> None:
-    assert RunLimits().wrap(["jazz", "run"]) == ["jazz", "run"]
+def test_no_limits_set_only_no_core_files() -> None:
+    assert RunLimits().settings() == [(resource.RLIMIT_CORE, (0, 0))]
+    assert not RunLimits().any
 
 
-def test_every_limit_goes_to_prlimit_outermost() -> None:
+def test_every_limit_is_set_soft_and_hard_cpu_with_a_grace() -> None:
     limits = RunLimits(processes=64, memory_bytes=2**30, cpu_s=10, file_bytes=2**20)
-    argv = limits.wrap(["setpriv", "--", "jazz"])
-    assert argv[0] == prlimit_path()
-    assert argv[1:-4] == [
-        "--core=0:0",
-        "--nproc=64:64",
-        f"--as={2**30}:{2**30}",
-        f"--fsize={2**20}:{2**20}",
-        "--cpu=10:15",
+    assert limits.settings() == [
+        (resource.RLIMIT_CORE, (0, 0)),
+        (resource.RLIMIT_NPROC, (64, 64)),
+        (resource.RLIMIT_AS, (2**30, 2**30)),
+        (resource.RLIMIT_FSIZE, (2**20, 2**20)),
+        (resource.RLIMIT_CPU, (10, 15)),
     ]
-    assert argv[-4:] == ["--", "setpriv", "--", "jazz"]
 
 
 def test_no_limit_goes_above_the_gateways_own_hard_limit(tmp_path: Path) -> None:
     """A gateway whose hard limits are lower than the configured ones (a unit's, a
     container's) cannot raise them: each is capped there and the run still starts."""
-    gateway = RunLimits(file_bytes=3 * 2**20, cpu_s=20).wrap(
-        [sys.executable, "-c", RAISE_AND_START, str(10 * 2**20)]
-    )
+    gateway = [sys.executable, "-c", RAISE_AND_START, str(10 * 2**20)]
     done = subprocess.run(
         gateway, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
     )
@@ -59,12 +51,16 @@ def test_no_limit_goes_above_the_gateways_own_hard_limit(tmp_path: Path) -> None
 
 # run under lowered hard limits: build a run's limits above them and start it
 RAISE_AND_START = """
-import resource, subprocess, sys
+import resource, sys
+from provisioning import gate
 from provisioning.rlimits import RunLimits
+resource.setrlimit(resource.RLIMIT_FSIZE, (3 * 2**20, 3 * 2**20))
+resource.setrlimit(resource.RLIMIT_CPU, (25, 25))
 want = int(sys.argv[1])
 show = "import resource as r; print(r.getrlimit(r.RLIMIT_FSIZE)[1], r.getrlimit(r.RLIMIT_CPU)[1])"
-argv = RunLimits(file_bytes=want, cpu_s=60).wrap(["python3", "-c", show])
-sys.exit(subprocess.run(argv).returncode)
+proc = gate.start(["python3", "-c", show], RunLimits(file_bytes=want, cpu_s=60))
+proc.communicate(b"")
+sys.exit(proc.returncode)
 """
 
 
@@ -97,13 +93,7 @@ def test_a_file_past_the_limit_kills_with_sigxfsz_and_says_so(tmp_path: Path) ->
 
 def test_cpu_time_past_the_limit_ends_the_process_with_sigxcpu(tmp_path: Path) -> None:
     limits = RunLimits(cpu_s=1)
-    proc = subprocess.run(
-        limits.wrap(["sh", "-c", "while :; do :; done"]),
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+    proc = run(limits, "while :; do :; done", tmp_path)
     assert proc.returncode == -signal.SIGXCPU
     assert limits.hit(proc.returncode, []) is LimitHit.CPU
 
