@@ -20,6 +20,7 @@ nothing, never without its limits.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,7 +55,7 @@ def gated(argv: Sequence[str], procs_files: Sequence[Path | str] = ()) -> list[s
 def set_limits(pid: int, limits: RunLimits) -> None:
     """Set ``limits`` on the waiting gate process ``pid``; before :data:`OPEN_LINE`.
 
-    Raises :class:`RlimitsUnavailable`, naming the limit, when the kernel refuses one."""
+    Raises :class:`RlimitsUnavailable` when the kernel refuses one."""
     try:
         limits.apply(pid)
     except OSError as exc:
@@ -62,6 +63,15 @@ def set_limits(pid: int, limits: RunLimits) -> None:
             f"the kernel refused the run's limits ({exc.strerror}); set the limits.run_max_* "
             "keys to 0 to run without them"
         ) from exc
+
+
+def open_gate(pid: int, stdin_fd: int, limits: RunLimits) -> None:
+    """Set ``limits`` on the gate process ``pid``, then let it go: :data:`OPEN_LINE` on its
+    stdin (``stdin_fd``, the pipe's write end, empty: one byte never blocks). Raises
+    :class:`RlimitsUnavailable` as :func:`set_limits`; the caller then kills the process."""
+    set_limits(pid, limits)
+    with contextlib.suppress(BrokenPipeError):  # it died already: its exit code says why
+        os.write(stdin_fd, OPEN_LINE)
 
 
 def start(
@@ -78,10 +88,7 @@ def start(
     )
     assert proc.stdin is not None
     try:
-        set_limits(proc.pid, limits)
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write(OPEN_LINE)
-            proc.stdin.flush()
+        open_gate(proc.pid, proc.stdin.fileno(), limits)
     except BaseException:
         proc.kill()
         proc.wait()

@@ -30,7 +30,7 @@ result :mod:`.cli_result` assembles. The program and interpreter come from
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import os
 import secrets
 import shutil
@@ -52,7 +52,7 @@ from .command import shared_interpreter
 from .dialect import DOCUMENTED_ASSUMED, CliProfile
 from .procs import RUN_TAG_ENV, Sweeps
 from .reaper import wrap
-from .spawn import Child, abandon, start_process
+from .spawn import start_process
 
 
 class CliRunner(RunnerBackend):
@@ -149,17 +149,19 @@ class CliRunner(RunnerBackend):
                 argv = wrap(argv, self.kill_grace_s, shared_interpreter())
             procs_files = cgroup.procs_files if cgroup is not None else []
             gates = gate.needed(identity.limits, procs_files)
+            opened = None
             if gates:  # outermost: nothing runs before its limits, all born in its cgroup
                 argv = gate.gated(argv, procs_files)
-            proc = await start_process(argv, **kwargs)
+                opened = functools.partial(gate.open_gate, limits=identity.limits)
+            proc = await start_process(argv, opened, **kwargs)
         except (FileNotFoundError, PermissionError) as exc:
             raise RunnerError(
                 f"cannot start the runner {self.command[0]!r}: {exc.strerror}; check runner.command"
             ) from exc
+        except RlimitsUnavailable as exc:
+            raise RunnerError(f"cannot start the runner under its limits: {exc}") from exc
         finally:
             os.close(workdir)  # the child has its own copy (entered before it ran)
-        if gates:
-            await self._open_gate(proc, identity.limits)
         handle = CliRunHandle(
             proc,
             request,
@@ -175,18 +177,6 @@ class CliRunner(RunnerBackend):
         )
         await handle.begin()
         return handle
-
-    async def _open_gate(self, proc: Child, limits: RunLimits) -> None:
-        """Set the run's limits on its waiting first process, then let it go (see
-        :mod:`provisioning.gate`); a refused limit kills it and is a RunnerError."""
-        try:
-            gate.set_limits(proc.pid, limits)
-        except RlimitsUnavailable as exc:
-            await abandon(proc)
-            raise RunnerError(f"cannot start the runner under its limits: {exc}") from exc
-        assert proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            proc.stdin.write(gate.OPEN_LINE)  # before the prompt: the pipe keeps the order
 
     async def close(self) -> None:
         await self.sweeps.close()

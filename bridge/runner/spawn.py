@@ -19,7 +19,7 @@ import functools
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 
@@ -122,23 +122,42 @@ def pidfds_work() -> bool:
     return True
 
 
-async def start_process(argv: Sequence[str], **kwargs: Any) -> Child:
+# called with the new process's pid and its stdin's file descriptor as soon as it exists
+Started = Callable[[int, int], None]
+
+
+async def start_process(
+    argv: Sequence[str], started: Started | None = None, **kwargs: Any
+) -> Child:
     """Start ``argv`` with three pipes; ``kwargs`` as for :class:`subprocess.Popen`.
 
-    Raises what ``Popen`` raises (``FileNotFoundError``, ``PermissionError``) when the
-    program cannot be started.
+    ``started(pid, stdin_fd)`` runs as soon as the process exists, before its pipes become
+    streams (a run's gate opens there, :mod:`provisioning.gate`); what it raises kills the
+    process and is raised. Raises what ``Popen`` raises (``FileNotFoundError``,
+    ``PermissionError``) when the program cannot be started.
     """
     pipe = subprocess.PIPE
     if not pidfds_work():
-        return await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             *argv, stdin=pipe, stdout=pipe, stderr=pipe, **kwargs
         )
+        if started is not None:
+            assert proc.stdin is not None
+            try:
+                started(proc.pid, proc.stdin.transport.get_extra_info("pipe").fileno())
+            except BaseException:
+                await abandon(proc)
+                raise
+        return proc
     popen: subprocess.Popen[bytes] = subprocess.Popen(
         list(argv), bufsize=0, stdin=pipe, stdout=pipe, stderr=pipe, **kwargs
     )
     try:
+        if started is not None:
+            assert popen.stdin is not None
+            started(popen.pid, popen.stdin.fileno())
         pidfd = os.pidfd_open(popen.pid)
-    except OSError:
+    except BaseException:
         popen.kill()
         popen.wait()
         raise
