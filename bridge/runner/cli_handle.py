@@ -223,8 +223,11 @@ class CliRunHandle(RunHandle):
         ``Process.wait()`` (CPython 3.11) wakes its waiters only once every pipe has closed
         too, and a child that left the group holding stdout never closes it before the
         sweep that follows this: the exit is also watched on ``returncode``, set as soon as
-        the process is reaped.
+        the process is reaped. A child watched on a pidfd says so at once: no polling.
         """
+        if getattr(self.proc, "exit_seen_at_reap", False):
+            await self.proc.wait()
+            return
         waiter = asyncio.ensure_future(self.proc.wait())
         try:
             while self.proc.returncode is None:

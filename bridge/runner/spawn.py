@@ -44,6 +44,8 @@ class PidfdChild:
     # True: the process group was sent SIGKILL when the leader exited, before it was reaped
     # (while its pid, hence its group id, could not be reused by another process)
     group_killed_at_exit = True
+    # True: wait() returns once the process is reaped, whoever still holds its pipes
+    exit_seen_at_reap = True
 
     def __init__(self, popen: subprocess.Popen[bytes], pidfd: int) -> None:
         self.popen = popen
