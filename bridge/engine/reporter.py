@@ -54,13 +54,33 @@ class ProgressReporter:
         self.no_bubble = False  # given up: refused for good, or may have landed unseen
         self._in_doubt = False  # a send may have landed: looked up before any other send
         self.done = asyncio.Event()
+        # until first_after_s: a timer only (most runs answer sooner: no task, no bubble)
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Show the run's progress from ``first_after_s`` on, until :meth:`finish`."""
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.settings.first_after_s, self._begin)
+
+    def _begin(self) -> None:
+        self._timer = None
+        if not self.done.is_set():
+            self._task = asyncio.create_task(self.run(), name=f"progress-{self.run_id}")
+
+    async def finish(self) -> None:
+        """The run is over: no more progress; returns once an update under way is done."""
+        self.done.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
 
     async def run(self) -> None:
-        """Until :meth:`finish` is called."""
+        """Show progress now, until :meth:`finish` (:meth:`start` calls it when it is time)."""
         caps = self.surface.capabilities
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.done.wait(), timeout=self.settings.first_after_s)
-            return  # answered quickly: no bubble at all
         stop = (
             (Choice(token=self.stop_token, label="Stop", style="danger"),) if caps.buttons else ()
         )

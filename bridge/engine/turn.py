@@ -191,7 +191,6 @@ class Turns(Running):
         slot.next = None
         slot.active = run
         self._stop_tokens[run.stop_token] = run
-        reporter: asyncio.Task[None] | None = None
         try:
             try:
                 home = await self._ensure_home(msg)
@@ -210,7 +209,7 @@ class Turns(Running):
                     requester=msg.sender_id,
                     stop_token=f"{run.stop_token}{P.SEP}{P.STOP}",
                 )
-                reporter = asyncio.create_task(run.reporter.run(), name=f"progress-{run.run_id}")
+                run.reporter.start()
             return run, await self._execute(run, home, epoch, paths)
         except Exception as exc:  # recorded as started, so it is answered: a failed run
             log.exception("the run of message %d of %s failed", msg.id, msg.thread_key)
@@ -222,10 +221,7 @@ class Turns(Running):
         finally:
             run.done.set()
             if run.reporter is not None:
-                run.reporter.done.set()
-            if reporter is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await reporter
+                await run.reporter.finish()
             slot.active = None
             self._stop_tokens.pop(run.stop_token, None)
             if run.reporter is not None and run.reporter.bubble_ref is not None:

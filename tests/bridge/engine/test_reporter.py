@@ -83,12 +83,11 @@ async def reporting(surface: LossySurface) -> AsyncIterator[ProgressReporter]:
         requester="ada",
         stop_token="tok.stop",
     )
-    task = asyncio.create_task(reporter.run())
+    reporter.start()
     try:
         yield reporter
     finally:
-        reporter.done.set()
-        await asyncio.wait_for(task, timeout=5)
+        await asyncio.wait_for(reporter.finish(), timeout=5)
 
 
 async def test_a_bubble_that_landed_unseen_is_found_and_adopted_not_sent_again() -> None:
