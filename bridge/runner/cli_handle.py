@@ -33,6 +33,7 @@ from .spawn import Child
 
 log = logging.getLogger(__name__)
 
+WATCH_EVERY_S = 0.5  # how often the timeout's backstop looks at the run's active time
 EXIT_POLL_S = 0.05  # how often an exit is looked for while a leftover child holds the pipes
 ANSWER_FRAMES = {
     "approval_decision": "toolCallId",
@@ -86,6 +87,7 @@ class CliRunHandle(RunHandle):
         self._sweeper: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self._stdin_lock = asyncio.Lock()
+        self._watchdog: asyncio.TimerHandle | None = None  # see _watch
 
     async def begin(self) -> None:
         # The readers and the watchdog exist before the prompt is written, and the prompt is
@@ -95,8 +97,8 @@ class CliRunHandle(RunHandle):
         self._tasks = [
             asyncio.create_task(self._streams.read_stderr(), name="runner-stderr"),
             asyncio.create_task(self._streams.read_stdout(), name="runner-stdout"),
-            asyncio.create_task(self._watchdog(), name="runner-watchdog"),
         ]
+        self._watch()
         self._finisher = asyncio.create_task(self._finish(), name="runner-finish")
         assert self.proc.stdin is not None
         if self.prompt_mode == "argv":
@@ -124,16 +126,19 @@ class CliRunHandle(RunHandle):
     def active_seconds(self) -> float:
         return self._clock.seconds()
 
-    async def _watchdog(self) -> None:
-        # The runner gets the timeout too; ours is the backstop a little after it.
-        limit = self.request.timeout_s + max(2.0, self.grace)
-        while self.proc.returncode is None:
-            left = limit - self.active_seconds()
-            if left <= 0:
-                self._timed_out = True
-                await self.stop("timeout")
-                return
-            await asyncio.sleep(min(left, 0.5) if self._clock.running else 0.5)
+    def _watch(self) -> None:
+        """The timeout's backstop (the runner gets the timeout too; this is a little after
+        it): a timer looking again every half second, or when the time is up; no task."""
+        self._watchdog = None
+        if self.proc.returncode is not None or self._done.is_set():
+            return
+        left = self.request.timeout_s + max(2.0, self.grace) - self.active_seconds()
+        if left <= 0:
+            self._timed_out = True
+            self._stop_soon("timeout")
+            return
+        wait = min(left, WATCH_EVERY_S) if self._clock.running else WATCH_EVERY_S
+        self._watchdog = asyncio.get_running_loop().call_later(wait, self._watch)
 
     # -- control ----------------------------------------------------------------------------
 
@@ -242,6 +247,9 @@ class CliRunHandle(RunHandle):
     async def _finish(self) -> None:
         try:
             await self._exited()
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
             if self.cgroup is not None:  # all it started, whatever session or uid, at once
                 self._limit_hit, left = await asyncio.to_thread(self.cgroup.finish)
                 if left:
