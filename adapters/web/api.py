@@ -64,7 +64,7 @@ class ThreadApi:
         self.surface = surface
         self.operators = set(ctx.settings.operators)
         self.view = ThreadView(ctx, surface)
-        self.login = WebLogin(auth)
+        self.login = WebLogin(auth, secure_cookie=ctx.settings.secure_cookie)
         # read once, at start (off the loop of every request); its script allowed by its hash
         self._html = resources.files("adapters.web").joinpath(PAGE).read_text("utf-8")
         self._headers = {**PAGE_HEADERS, "Content-Security-Policy": page_csp(self._html)}
