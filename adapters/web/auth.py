@@ -34,6 +34,8 @@ from .spec import is_loopback
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 BEARER = "bearer "  # an Authorization scheme, compared in lower case
+FORM_TYPE = "multipart/form-data"  # a message with files (:mod:`.form`)
+FORM_HEADER = "X-Requested-With"  # what a form must carry: no cross-site page can add it
 # the page's login (:mod:`.login`): sent with every request of the page, its event stream
 # and its file links; its own label, so an /ops cookie with the same token is not one
 LOGIN = CookieLogin(cookie="jazz_bridge_web", path="/", label=b"jazz-bridge web chat cookie ")
@@ -81,7 +83,7 @@ class WebAuth:
         refused.headers["Retry-After"] = str(retry_after)
         return refused
 
-    def guard(self, handler: Handler) -> Handler:
+    def guard(self, handler: Handler, *, forms: bool = False) -> Handler:
         """What a browser cannot be made to do from another site, on every web route.
 
         Without a token the chat trusts whoever reaches loopback, so two things a web page
@@ -89,7 +91,10 @@ class WebAuth:
         (DNS rebinding: the Host must be a loopback name) and post to it (a cross-site
         form or ``no-cors`` fetch: a POST must be JSON, which a browser sends cross-site
         only after a preflight this server never grants, and its Origin, when sent, must
-        be this server).
+        be this server). ``forms``: the route also takes ``multipart/form-data`` (a
+        message with files), which any page can make a browser send, so only with the
+        header :data:`FORM_HEADER`, which no page of another site can add without that
+        preflight.
         """
 
         async def guarded(request: web.Request) -> web.StreamResponse:
@@ -100,8 +105,18 @@ class WebAuth:
                 self.ctx.metrics.auth_failures.labels("web", "account").inc()
                 return bad(refusal, 403)
             if request.method == "POST":
-                if request.content_type != "application/json":
-                    return bad("the body must be JSON (Content-Type: application/json)", 415)
+                kind = request.content_type
+                if forms and kind == FORM_TYPE:
+                    if FORM_HEADER not in request.headers:
+                        self.ctx.metrics.auth_failures.labels("web", "origin").inc()
+                        return bad(
+                            f"a form is taken only with the header {FORM_HEADER} (any value), "
+                            "which another site's page cannot send",
+                            403,
+                        )
+                elif kind != "application/json":
+                    also = f", or {FORM_TYPE} with files" if forms else ""
+                    return bad(f"the body must be JSON (Content-Type: application/json){also}", 415)
                 origin = request.headers.get("Origin")
                 if origin is not None and _hostport(origin) != request.host.lower():
                     self.ctx.metrics.auth_failures.labels("web", "origin").inc()
