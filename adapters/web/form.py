@@ -17,6 +17,8 @@ Whatever the refusal, the files already staged for the form are removed.
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import mimetypes
 import unicodedata
 from collections.abc import Awaitable
@@ -31,6 +33,8 @@ from bridge.files import safe_filename
 from bridge.http.server import STREAM_CHUNK_BYTES, STREAM_IDLE_S
 
 from .uploads import StagedUploads
+
+log = logging.getLogger(__name__)
 
 MAX_FILES = 10  # files one message may carry (a Slack message or a Telegram album's 10)
 MAX_FIELD_BYTES = 512 * 1024  # a text field's bytes (its 100,000 characters as UTF-8, and more)
@@ -116,6 +120,18 @@ class FormReader:
         ) as exc:
             await self.discard(form.files)  # the multipart reader's word for a broken body
             raise FormRefused(f"the form could not be read: {exc}") from None
+        except OSError as exc:  # writing it (after TimeoutError, one of them): nothing kept
+            log.error("web: a file sent with a message could not be kept: %s", exc)
+            await self.discard(form.files)
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            why = (
+                "the gateway's disk is full"
+                if full
+                else f"the gateway cannot keep it ({exc.strerror})"
+            )
+            raise FormRefused(
+                f"{why}: this was NOT stored; send it again later", 507 if full else 503
+            ) from None
         except BaseException:
             await self.discard(form.files)  # the client went away (cancelled), a disk error
             raise
@@ -127,8 +143,14 @@ class FormReader:
             await asyncio.to_thread(self.uploads.discard, staged.upload_id)
 
     async def _read(self, request: web.Request, form: MessageForm) -> None:
-        if request.content_length is not None and request.content_length > self._most():
-            raise FormRefused(too_big_text("sent", self.limit), 413)
+        declared = request.content_length
+        if declared is not None and declared > self._most():
+            raise FormRefused(
+                f"the form is {declared:,} bytes, more than {MAX_FILES} files of the "
+                f"{self.limit:,}-byte limit for a file (limits.max_attachment_bytes) can be; "
+                "nothing was stored",
+                413,
+            )
         reader = await request.multipart()
         while True:
             part = await _idle(reader.next())

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import full_disk_support as full_disk
 import pytest
 from accounts_support import remove_accounts
 from files_runner import png
@@ -163,6 +164,24 @@ async def test_a_file_larger_than_a_request_body_may_be_is_streamed_in(
         home = await asyncio.to_thread(app.provisioned.homes.ensure, "web:large")
         assert (home.path / file["file"]).read_bytes() == data
         assert file["preview"] is False
+
+
+async def test_a_file_the_full_disk_cannot_keep_is_507_and_not_stored(
+    env: dict[str, str], tiny_state: Path
+) -> None:
+    """State on a full tmpfs: the file cannot be staged, so the message is NOT stored (507,
+    said so) and no half-written file stays; with room again, the same form is taken."""
+    async with running_gateway(env) as (_, client):
+        filler = await asyncio.to_thread(full_disk.fill, tiny_state)
+        status, answer = await send(client, "full", [("big.bin", b"f" * 256 * 1024)])
+        assert status == 507, answer
+        assert "disk is full" in answer["error"] and "NOT stored" in answer["error"], answer
+        assert env["JAZZ_BRIDGE_ROOT"] not in answer["error"]
+        assert staged(env) == []
+        filler.unlink()
+        assert await client.messages("full") == [] and client.runs() == []
+        status, answer = await send(client, "full", [("big.bin", b"f" * 256 * 1024)])
+        assert status == 202, answer
 
 
 async def test_a_file_name_is_made_plain_or_refused_clearly(env: dict[str, str]) -> None:
