@@ -31,7 +31,7 @@ def test_an_address_is_limited_after_its_wrong_tries_until_the_oldest_leaves_the
     assert limit.retry_after("10.0.0.1") == 10
 
 
-def test_the_addresses_remembered_are_bounded(monkeypatch: object) -> None:
+def test_the_addresses_remembered_are_bounded() -> None:
     clock = Clock()
     limit = FailedLogins(allowed=1, window_s=60, clock=clock)
     for n in range(login.LOGIN_ADDRESSES_KEPT + 10):
