@@ -35,7 +35,9 @@ class Metrics:
         self.auth_failures = Counter(
             "jazz_bridge_auth_failures",
             "Requests refused at the door by platform and reason (signature, missing, stale, "
-            "secret, token; too_big: a body over server.max_body_bytes, answered 413; "
+            "secret, token (wrong, missing, or refused for too many wrong ones, 429); too_big: "
+            "a body over server.max_body_bytes, or a web chat file over "
+            "limits.max_attachment_bytes, answered 413; "
             "connections: one over server.max_connections_per_peer).",
             ["platform", "reason"],
             registry=r,

@@ -16,6 +16,10 @@ STATE_DIR_MODE = 0o2750  # rwxr-s---  the gateway's own stores: never world-read
 STATE_FILE_MODE = 0o0640  # rw-r-----
 ARCHIVE_DIR_MODE = 0o2750  # rwxr-s---
 LOCKS_DIR_MODE = 0o2750  # rwxr-s---  state/home-locks: the per-home archive locks
+# state/web-uploads: a web chat upload between its message's 202 and its turn, which saves
+# it into the home as every platform's attachment is; the gateway's alone meanwhile
+STAGED_UPLOADS_DIR_MODE = 0o0700  # rwx------
+STAGED_UPLOAD_FILE_MODE = 0o0600  # rw-------
 TOOLS_DIR_MODE = 0o0755  # rwxr-xr-x  shared runner tools (the reference runner), read-only
 
 # One conversation's home when it has its own account (isolated).

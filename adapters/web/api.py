@@ -1,7 +1,8 @@
 """The web chat's JSON API over a thread, and the page at ``/`` that uses it.
 
 ``POST /api/threads/{thread}/messages`` -> :class:`~bridge.model.Inbound` -> the core's
-``submit`` (202 after the inbox write); ``GET .../messages`` reads the thread's transcript
+``submit`` (202 after the inbox write), as JSON, or as a form with files (:mod:`.form`:
+each staged until its turn, :mod:`.uploads`); ``GET .../messages`` reads the thread's transcript
 from the store plus the live progress bubbles; ``POST .../choices`` presses a button shown
 in the thread. A write the store refuses is said so (507 on a full disk, else 503):
 nothing was acknowledged, so the client sends it again. The page is read once, served with
@@ -22,12 +23,13 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from bridge.model import Inbound
+from bridge.model import Attachment, Inbound
 from bridge.ports import AdapterContext, PressStatus, SubmitStatus
 from bridge.store import StoreError, StoreFull
 
 from .answers import BAD_THREAD, bad, thread_of
-from .auth import WebAuth
+from .auth import FORM_TYPE, WebAuth
+from .form import FormReader, FormRefused, StagedFile
 from .login import WebLogin
 from .surface import WebSurface, choice_key
 from .thread_view import ThreadView
@@ -58,13 +60,16 @@ SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
 class ThreadApi:
     """The API's handlers: a thread's messages posted and read, its buttons pressed."""
 
-    def __init__(self, ctx: AdapterContext, auth: WebAuth, surface: WebSurface) -> None:
+    def __init__(
+        self, ctx: AdapterContext, auth: WebAuth, surface: WebSurface, forms: FormReader
+    ) -> None:
         self.ctx = ctx
+        self.forms = forms  # a message with files: its form read, its files staged
         self.auth = auth
         self.surface = surface
         self.operators = set(ctx.settings.operators)
         self.view = ThreadView(ctx, surface)
-        self.login = WebLogin(auth)
+        self.login = WebLogin(auth, secure_cookie=ctx.settings.secure_cookie)
         # read once, at start (off the loop of every request); its script allowed by its hash
         self._html = resources.files("adapters.web").joinpath(PAGE).read_text("utf-8")
         self._headers = {**PAGE_HEADERS, "Content-Security-Policy": page_csp(self._html)}
@@ -98,17 +103,48 @@ class ThreadApi:
         thread = thread_of(request)
         if thread is None:
             return bad(BAD_THREAD)
-        body = await self._json(request)
+        files: list[StagedFile] = []
+        if request.content_type == FORM_TYPE:  # a message with files
+            refused = self.auth.refusal(request)
+            if refused is not None:
+                return refused
+            try:
+                form = await self.forms.read(request)
+            except FormRefused as exc:
+                if exc.status == 413:
+                    self.ctx.metrics.auth_failures.labels("web", "too_big").inc()
+                return bad(str(exc), exc.status)
+            body: dict[str, Any] | web.Response = dict(form.fields)
+            files = form.files
+        else:
+            body = await self._json(request)
         if isinstance(body, web.Response):
             return body
-        user, text = body.get("user"), body.get("text")
+        answer, taken = await self._submit(request, thread, body, files)
+        if not taken:  # refused, or a duplicate: no message will take its files
+            await self.forms.discard(files)
+        return answer
+
+    async def _submit(
+        self, request: web.Request, thread: str, body: dict[str, Any], files: list[StagedFile]
+    ) -> tuple[web.Response, bool]:
+        """The answer to a message, and whether it was stored as a new one (its files are
+        its own then)."""
+        user, text = body.get("user"), body.get("text", "" if files else None)
         if not isinstance(user, str) or not 0 < len(user) <= MAX_USER:
-            return bad(f"'user' must be a non-empty string of at most {MAX_USER} characters")
-        if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT:
-            return bad(f"'text' must be a non-empty string of at most {MAX_TEXT} characters")
+            return _no(f"'user' must be a non-empty string of at most {MAX_USER} characters")
+        if not isinstance(text, str) or len(text) > MAX_TEXT or not (text.strip() or files):
+            return _no(
+                f"'text' must be a non-empty string of at most {MAX_TEXT} characters "
+                "(it may be empty when files come with it)"
+            )
         key = request.headers.get("Idempotency-Key")
         if key is not None and not (0 < len(key) <= 200 and _utf8(key)):
-            return bad("Idempotency-Key must be 1-200 characters of UTF-8")
+            return _no("Idempotency-Key must be 1-200 characters of UTF-8")
+        attachments = tuple(
+            Attachment(name=f.name, size=f.size, media_type=f.media_type, platform_id=f.upload_id)
+            for f in files
+        )
         inbound = Inbound(
             platform="web",
             event_id=f"idem:{thread}:{key}" if key else f"msg:{uuid.uuid4()}",
@@ -116,6 +152,7 @@ class ThreadApi:
             sender_id=user,
             sender_name=user,
             text=text,
+            attachments=attachments,
             shared_chat=False,
             is_operator=user in self.operators,
             target={"thread": thread},
@@ -123,13 +160,16 @@ class ThreadApi:
         try:
             result = await self.ctx.gateway.submit(inbound)
         except StoreError as exc:
-            return _not_stored(exc)
+            return _not_stored(exc), False
         if result.status is SubmitStatus.REFUSED:
-            return bad("the gateway is shutting down; try again shortly", 503)
-        return web.json_response(
-            {"id": result.message_id, "duplicate": result.status is SubmitStatus.DUPLICATE},
-            status=202,
-        )
+            return _no("the gateway is shutting down; try again shortly", 503)
+        answer: dict[str, Any] = {
+            "id": result.message_id,
+            "duplicate": result.status is SubmitStatus.DUPLICATE,
+        }
+        if files:  # the names they are kept under (cleaned), for the client to show
+            answer["files"] = [{"name": f.name, "size": f.size} for f in files]
+        return web.json_response(answer, status=202), result.status is SubmitStatus.ACCEPTED
 
     async def get_messages(self, request: web.Request) -> web.Response:
         thread = thread_of(request)
@@ -191,6 +231,11 @@ def _not_stored(exc: StoreError) -> web.Response:
     if isinstance(exc, StoreFull):
         return bad("the gateway's disk is full: this was NOT stored; send it again later", 507)
     return bad("the gateway cannot store this right now: it was NOT stored; try again", 503)
+
+
+def _no(message: str, status: int = 400) -> tuple[web.Response, bool]:
+    """A message refused before the store: its answer, and not stored."""
+    return bad(message, status), False
 
 
 def _utf8(text: str) -> bool:

@@ -17,7 +17,14 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from bridge.http.login import CookieLogin, token_matches
+from bridge.http.login import (
+    LIMITED,
+    CookieLogin,
+    FailedLogins,
+    client_address,
+    limited_text,
+    token_matches,
+)
 from bridge.http.peers import can_tell, peer_uid
 from bridge.ports import AdapterContext
 
@@ -27,6 +34,8 @@ from .spec import is_loopback
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 BEARER = "bearer "  # an Authorization scheme, compared in lower case
+FORM_TYPE = "multipart/form-data"  # a message with files (:mod:`.form`)
+FORM_HEADER = "X-Requested-With"  # what a form must carry: no cross-site page can add it
 # the page's login (:mod:`.login`): sent with every request of the page, its event stream
 # and its file links; its own label, so an /ops cookie with the same token is not one
 LOGIN = CookieLogin(cookie="jazz_bridge_web", path="/", label=b"jazz-bridge web chat cookie ")
@@ -39,6 +48,8 @@ class WebAuth:
         self.ctx = ctx
         token = ctx.settings.token
         self._token: bytes | None = token.get_secret_value().encode() if token else None
+        # wrong tokens per address, whichever way given (a bearer, ?token=, the login form)
+        self.failures = FailedLogins()
         # connection -> whether its client is a conversation's account (see _from_a_run);
         # forgotten with the connection
         self._peers: weakref.WeakKeyDictionary[asyncio.BaseTransport, str] = (
@@ -46,13 +57,33 @@ class WebAuth:
         )
 
     def refusal(self, request: web.Request) -> web.Response | None:
-        """A body is read only with the token (when one is set), or None."""
-        if self.authorized(request):
+        """None when the request may go on (a body is read only then): no token is set, or
+        it carries the token or a valid login cookie. Else 401, or 429 while its address has
+        given too many wrong tokens (:class:`~bridge.http.login.FailedLogins`); each counted
+        as an auth failure (reason ``token``)."""
+        if self._token is None:
+            return None
+        given = self._given(request)
+        if given:
+            wait = self.failures.retry_after(client_address(request))
+            if wait is not None:
+                return self.limited(wait)
+            if token_matches(self._token, given):
+                return None
+            self.failures.failed(client_address(request))
+        elif LOGIN.carried(request, self._token):
             return None
         self.ctx.metrics.auth_failures.labels("web", "token").inc()
         return bad("missing or wrong token (log in on the page, or Authorization: Bearer ...)", 401)
 
-    def guard(self, handler: Handler) -> Handler:
+    def limited(self, retry_after: int) -> web.Response:
+        """The answer to a token given from an address that gave too many wrong ones."""
+        self.ctx.metrics.auth_failures.labels("web", "token").inc()
+        refused = bad(limited_text(retry_after), LIMITED)
+        refused.headers["Retry-After"] = str(retry_after)
+        return refused
+
+    def guard(self, handler: Handler, *, forms: bool = False) -> Handler:
         """What a browser cannot be made to do from another site, on every web route.
 
         Without a token the chat trusts whoever reaches loopback, so two things a web page
@@ -60,7 +91,10 @@ class WebAuth:
         (DNS rebinding: the Host must be a loopback name) and post to it (a cross-site
         form or ``no-cors`` fetch: a POST must be JSON, which a browser sends cross-site
         only after a preflight this server never grants, and its Origin, when sent, must
-        be this server).
+        be this server). ``forms``: the route also takes ``multipart/form-data`` (a
+        message with files), which any page can make a browser send, so only with the
+        header :data:`FORM_HEADER`, which no page of another site can add without that
+        preflight.
         """
 
         async def guarded(request: web.Request) -> web.StreamResponse:
@@ -71,8 +105,18 @@ class WebAuth:
                 self.ctx.metrics.auth_failures.labels("web", "account").inc()
                 return bad(refusal, 403)
             if request.method == "POST":
-                if request.content_type != "application/json":
-                    return bad("the body must be JSON (Content-Type: application/json)", 415)
+                kind = request.content_type
+                if forms and kind == FORM_TYPE:
+                    if FORM_HEADER not in request.headers:
+                        self.ctx.metrics.auth_failures.labels("web", "origin").inc()
+                        return bad(
+                            f"a form is taken only with the header {FORM_HEADER} (any value), "
+                            "which another site's page cannot send",
+                            403,
+                        )
+                elif kind != "application/json":
+                    also = f", or {FORM_TYPE} with files" if forms else ""
+                    return bad(f"the body must be JSON (Content-Type: application/json){also}", 415)
                 origin = request.headers.get("Origin")
                 if origin is not None and _hostport(origin) != request.host.lower():
                     self.ctx.metrics.auth_failures.labels("web", "origin").inc()
@@ -110,16 +154,13 @@ class WebAuth:
         self._peers[transport] = refusal
         return refusal
 
-    def authorized(self, request: web.Request) -> bool:
-        if self._token is None:
-            return True
+    @staticmethod
+    def _given(request: web.Request) -> str:
+        """The token a request gives itself ("" for none): its bearer, or ``?token=``."""
         header = request.headers.get("Authorization", "")
         # the scheme in any case (RFC 7235); another scheme (a proxy's Basic) is not ours
         bearer = header[len(BEARER) :] if header[: len(BEARER)].lower() == BEARER else ""
-        given = bearer.strip() or request.query.get("token", "")
-        if given:
-            return token_matches(self._token, given)
-        return LOGIN.carried(request, self._token)
+        return bearer.strip() or request.query.get("token", "")
 
     @property
     def token(self) -> bytes | None:

@@ -5,9 +5,11 @@ names the file relative to the conversation's home (``workspace/plot.png``); the
 links to it (and previews an image) through this route, behind the same token, cookie
 and peer rules as the rest of the chat's API. The client gives that home-relative name,
 never an absolute path and never ``..`` (both a 400 saying so); only a file the thread's
-own transcript names is served (another thread's file, or any other file of the home, is
-404), read from the thread's own home with :func:`bridge.files.read_in_home` (no link
-followed at any step, a regular file of the home's account, at most its size limit).
+own transcript names is served: one the agent sent, or one a person sent with a message
+(:mod:`.form`) once its turn saved it into the home (another thread's file, or any other
+file of the home, is 404), read from the thread's own home with
+:func:`bridge.files.read_in_home` (no link followed at any step, a regular file of the
+home's account, at most its size limit).
 
 A page or an SVG the agent wrote could run script on the chat's origin if shown there, so
 only raster images (png, jpeg, gif, webp) are served inline; everything else is an
@@ -28,6 +30,7 @@ from aiohttp import web
 
 from bridge.files import in_home, paths_for_people, read_in_home
 from bridge.ports import AdapterContext
+from bridge.store.records import TranscriptEntry
 from provisioning.errors import LayoutError, UnsafePathError
 from provisioning.layout import Layout
 
@@ -39,7 +42,10 @@ log = logging.getLogger(__name__)
 INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 UNKNOWN_TYPE = "application/octet-stream"
 MAX_NAME = 4096  # characters of a name asked for (PATH_MAX)
-NOT_FOUND = "no such file in this thread (only the files the agent sent it are served)"
+NOT_FOUND = (
+    "no such file in this thread (only the files the agent sent it, and those sent with its "
+    "messages, are served)"
+)
 FILE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Content-Security-Policy": "default-src 'none'; sandbox",
@@ -85,6 +91,14 @@ def relative(home: Path, path: str) -> str | None:
         return None
 
 
+def shown_files(home: Path, entries: list[TranscriptEntry]) -> set[str]:
+    """The files the thread's transcript names, relative to ``home``: those the agent sent,
+    and those people sent with their messages once saved into the home."""
+    paths = [e.file_path for e in entries if e.file_path]
+    paths += [str(a["local_path"]) for e in entries for a in e.attachments if a.get("local_path")]
+    return {rel for rel in (relative(home, p) for p in paths) if rel is not None}
+
+
 def asked_name(query: str) -> str:
     """The name a client asked for, normalised; ValueError saying what is wrong with it."""
     if not query or len(query) > MAX_NAME:
@@ -128,8 +142,7 @@ class ThreadFiles:
         if home is None:
             return bad(NOT_FOUND, 404)
         entries = await self.ctx.store.transcript(key)
-        sent = {relative(home, e.file_path) for e in entries if e.file_path}
-        if name not in sent:
+        if name not in shown_files(home, entries):
             return bad(NOT_FOUND, 404)
         try:
             data = await asyncio.to_thread(read_in_home, home, name)

@@ -17,6 +17,10 @@ class WebSettings(BaseModel):
     enabled: bool = True
     token: Token | None = None  # required when the server is bound beyond loopback
     operators: list[str] = []  # web user names that may /stop others' runs
+    # mark the page's login cookie Secure (sent over https only) also when the request came
+    # in as plain http: set it when the chat is reached through a TLS-terminating proxy
+    # (as ops.secure_cookie does for /ops)
+    secure_cookie: bool = False
 
 
 def _factory(ctx: AdapterContext) -> Adapter:

@@ -59,9 +59,9 @@ class EventStreams:
         thread = thread_of(request)
         if thread is None:
             return bad(BAD_THREAD)
-        if not self.auth.authorized(request):
-            self.ctx.metrics.auth_failures.labels("web", "token").inc()
-            return bad("missing or wrong token", 401)
+        refused = self.auth.refusal(request)
+        if refused is not None:
+            return refused
         if self._closing:  # an EventSource does not reconnect after an answer that is not 200
             return bad("the gateway is stopping", 503)
         response = web.StreamResponse(

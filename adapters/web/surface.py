@@ -5,7 +5,8 @@ to go but this process: each reply is published as an event to the thread's open
 streams (:mod:`.streams`) and to the replay log a reconnected stream resumes from
 (:mod:`.replay`); a progress bubble, which the store does not keep, is held here for
 ``GET .../messages`` (:mod:`.api`), and so is the thread of each button shown, so that a
-press is taken only in the thread that showed it.
+press is taken only in the thread that showed it. A file a person sent with a message is
+handed to the core from where it waited for the turn (:mod:`.uploads`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from bridge.model import Attachment, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import Capabilities, DeliveryError
 
 from .replay import EventLog
+from .uploads import StagedUploads
 
 ROLE_BY_KIND = {
     ReplyKind.ANSWER: "assistant",
@@ -42,7 +44,8 @@ class WebSurface:
         edit=True, buttons=True, upload=True, typing=False, max_length=20_000, edit_interval_s=0.5
     )
 
-    def __init__(self) -> None:
+    def __init__(self, uploads: StagedUploads | None = None) -> None:
+        self.uploads = uploads  # the files sent with messages, until their turn takes them
         # plain dicts, not defaultdicts: a thread name is free text a client chooses, so a
         # lookup must not leave an entry behind (an empty one per name, kept until restart)
         self.live: dict[str, dict[str, dict[str, Any]]] = {}  # thread -> ref -> bubble
@@ -134,7 +137,13 @@ class WebSurface:
         return None
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
-        raise DeliveryError("the web chat does not take attachments", permanent=True)
+        """A file sent with a message (:mod:`.form`), taken from where it waited for its turn
+        (:mod:`.uploads`); the core saves it into the home as every platform's attachment."""
+        if self.uploads is None or not attachment.platform_id:
+            raise DeliveryError(f"the file {attachment.name} was not kept", permanent=True)
+        return await asyncio.to_thread(
+            self.uploads.take, attachment.platform_id, attachment.name, max_bytes
+        )
 
 
 def choice_key(token: str) -> str:

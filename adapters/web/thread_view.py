@@ -5,7 +5,8 @@ The store's transcript plus the live progress bubbles, made readable for a perso
 * a settled prompt says how it was settled instead of keeping its buttons;
 * a file is named relative to the conversation's home (``file``: ``workspace/plot.png``,
   never the server's path), with its base name, its link (:mod:`.files`) and whether the
-  page may preview it;
+  page may preview it; so is each file a person sent with a message (``files``), once its
+  turn saved it into the home (before, its name only);
 * a run that showed a progress bubble turns it into its summary line ("done in 3 s ·
   2 tools") when it ends, which left that line in a bubble of its own above a long answer.
   Once the answer is in, the line goes with it instead (``summary``: shown at the end of
@@ -111,6 +112,8 @@ def _message(
         "choices": [] if note is not None else e.choices,
         "file": None,
     }
+    if e.attachments:
+        message["files"] = [_sent_file(thread, a, home) for a in e.attachments]
     if e.file_path:
         inside = relative(home, e.file_path) if home is not None else None
         # a name the home no longer places (or no home): its last part, and no link
@@ -123,3 +126,19 @@ def _message(
             preview=inside is not None and kind in INLINE_TYPES,
         )
     return message
+
+
+def _sent_file(thread: str, attachment: dict[str, Any], home: Path | None) -> Message:
+    """A file a person sent with a message: its name, and once its turn saved it into the
+    home, where (relative to the home), its link and whether the page may preview it."""
+    saved = attachment.get("local_path")
+    inside = relative(home, str(saved)) if saved and home is not None else None
+    # the name it was sent as (its saved name adds the message's id before it)
+    name = str(attachment.get("name") or (os.path.basename(inside) if inside else "file"))
+    return {
+        "file": inside,
+        "fileName": name,
+        "fileUrl": file_url(thread, inside) if inside else None,
+        "preview": inside is not None and media_type(inside) in INLINE_TYPES,
+        "size": attachment.get("size"),
+    }

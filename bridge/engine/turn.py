@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from provisioning.errors import ProvisioningError
 from provisioning.homes import Home
@@ -20,7 +21,7 @@ from ..files import save_attachment
 from ..model import Attachment, InboxState, thread_group
 from ..ports import DeliveryError, FileTooLarge, ResolvesFiles, Surface
 from ..runner import RunResult
-from ..store import MessageRecord, utc_midnight
+from ..store import MessageRecord, StoreError, utc_midnight
 from . import prompts as P
 from .reporter import ProgressReporter
 from .run import Running, gateway_failure, not_run
@@ -237,7 +238,7 @@ class Turns(Running):
         files = [Attachment.from_dict(raw) for raw in msg.attachments]
         paths: list[str] = []
         left_out: list[tuple[Attachment, DeliveryError]] = []
-        for att in files:
+        for index, att in enumerate(list(files)):
             try:
                 if att.size is not None and att.size > cap:
                     raise FileTooLarge(att.name, cap, att.size)
@@ -252,12 +253,24 @@ class Turns(Running):
                     raise
                 left_out.append((att, exc))
                 continue
-            paths.append(await asyncio.to_thread(save_attachment, home, msg.id, att.name, data))
+            saved = await asyncio.to_thread(save_attachment, home, msg.id, att.name, data)
+            paths.append(saved)
+            files[index] = replace(att, local_path=saved)  # where it is (the web page links it)
+        if paths:
+            await self._note_saved(msg, files)
         if left_out:
             if not paths:
                 raise left_out[0][1]  # nothing came: refused, as one file that cannot come is
             await self._notice(msg, f"left-out:{msg.id}", left_out_text(left_out))
         return paths
+
+    async def _note_saved(self, msg: MessageRecord, files: list[Attachment]) -> None:
+        """Record where the message's files were saved (best effort: the run goes on
+        without it; only the web chat's page, which links them, misses it)."""
+        try:
+            await self.store.saved_attachments(msg.id, [a.as_dict() for a in files])
+        except StoreError as exc:
+            log.warning("cannot record where the files of message %d went: %s", msg.id, exc)
 
     async def _download(
         self, surface: Surface, att: Attachment, cap: int

@@ -8,13 +8,19 @@ token itself): a copied cookie stops working when it expires and its holder cann
 last longer; changing the token ends every login. Each login's MAC has a label of its own,
 so one surface's cookie is never another's even when both have the same token. Every
 comparison is constant-time.
+
+Wrong tokens are limited per client address (:class:`FailedLogins`): a long random token
+cannot be guessed anyway, but nothing should let anyone try at the speed of the network.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -22,12 +28,84 @@ from aiohttp import web
 LOGIN_TTL_S = 12 * 3600  # a login lasts a working day; then the token again
 EXPIRED = 401  # a cookie this login issued, past its expiry: log in again
 FORGED = 403  # a cookie this login did not issue (or for another token)
+LIMITED = 429  # too many wrong tokens from this address lately: try again after Retry-After
+# wrong tokens one client address may give in any LOGIN_WINDOW_S; after that every token it
+# gives (the right one too: else guessing would go on, told apart by the answer) is refused
+# until the oldest of them is that old
+LOGIN_FAILURES_ALLOWED = 10
+LOGIN_WINDOW_S = 60.0
+# addresses remembered (the least recently failing forgotten first): memory stays bounded
+# whatever number of addresses a client has (IPv6 gives one many)
+LOGIN_ADDRESSES_KEPT = 4096
 
 
 def token_matches(token: bytes, given: str) -> bool:
     """Whether ``given`` is ``token``, in constant time."""
     # surrogateescape: bytes that are not UTF-8 compare (and fail) as bytes, not a 500
     return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token)
+
+
+class FailedLogins:
+    """Wrong tokens per client address in a sliding window (:data:`LOGIN_FAILURES_ALLOWED` in
+    any :data:`LOGIN_WINDOW_S`). A right token is never counted; once an address has used its
+    wrong tries, every token it gives is refused (429, :meth:`retry_after` seconds) without
+    being compared, so the answer tells a guesser nothing. Behind a proxy every client has
+    the proxy's address (one client's typos then hold up the others for a minute)."""
+
+    def __init__(
+        self,
+        allowed: int = LOGIN_FAILURES_ALLOWED,
+        window_s: float = LOGIN_WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.allowed = allowed
+        self.window_s = window_s
+        self.clock = clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def _recent(self, address: str) -> deque[float] | None:
+        """``address``'s failures still in the window (older ones dropped), or None."""
+        failures = self._failures.get(address)
+        if failures is None:
+            return None
+        horizon = self.clock() - self.window_s
+        while failures and failures[0] <= horizon:
+            failures.popleft()
+        if not failures:
+            del self._failures[address]
+            return None
+        return failures
+
+    def retry_after(self, address: str) -> int | None:
+        """Seconds until ``address`` may give a token again (at least 1), or None when it may
+        now."""
+        failures = self._recent(address)
+        if failures is None or len(failures) < self.allowed:
+            return None
+        return max(1, math.ceil(failures[0] + self.window_s - self.clock()))
+
+    def failed(self, address: str) -> None:
+        """Count a wrong token from ``address``."""
+        failures = self._recent(address)
+        if failures is None:
+            failures = self._failures[address] = deque(maxlen=self.allowed)
+        failures.append(self.clock())
+        self._failures.move_to_end(address)
+        while len(self._failures) > LOGIN_ADDRESSES_KEPT:
+            self._failures.popitem(last=False)
+
+
+def client_address(request: web.Request) -> str:
+    """The address wrong tokens are counted under (the peer's; "?" when unknown)."""
+    return request.remote or "?"
+
+
+def limited_text(retry_after: int) -> str:
+    """What a client refused by :class:`FailedLogins` is told."""
+    return (
+        f"too many wrong tokens from this address: no token is checked from it for "
+        f"{retry_after} s (Retry-After); then give the right one"
+    )
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,21 @@
 """The operators' read-only web view at ``/ops``: conversations, their runs and transcripts.
 
 The same answers as ``jazz-bridge homes list`` and ``homes show`` (both come from
-:class:`bridge.operators.Operators`), for an operator who has a browser rather than a
-shell on the gateway's host. It is mounted only when ``ops.token`` is configured (else
-``/ops`` is 404). The token is given as ``Authorization: Bearer <token>`` or once as
+:class:`bridge.operators.Operators`), for an operator who has a browser rather than a shell
+on the gateway's host. It is mounted only when ``ops.token`` is configured (else ``/ops``
+is 404). The token is given as ``Authorization: Bearer <token>`` or once as
 ``?token=<token>``: then the page sets an HttpOnly, SameSite=Strict cookie (its expiry
-signed with the token, not the token: :mod:`bridge.http.login`) that lasts
-``COOKIE_TTL_S`` and redirects to the same page without it, so links work and the token
-does not stay in the address bar or history. Another Authorization scheme (a proxy's
-``Basic`` password) is not the operator's token and is left alone. Every comparison is
-constant-time. Everything shown is escaped (thread keys and texts are user input); a
-transcript's Markdown is rendered by :mod:`.ops_markdown`, which lets no HTML of the text's
-own through; and the pages carry a Content-Security-Policy that allows no script at all.
-Columns are named for people (:data:`bridge.operators.LABELS`), sizes are human-readable
-(the exact bytes in a tooltip), and a run a person stopped reads "stopped by Ada (Stop
-button)", not as a failure.
+signed with the token, not the token: :mod:`bridge.http.login`) that lasts ``COOKIE_TTL_S``
+and redirects to the same page without it, so links work and the token does not stay in the
+address bar or history. Another Authorization scheme (a proxy's ``Basic`` password) is not
+the operator's token and is left alone. Every comparison is constant-time, and wrong tokens
+are limited per address (429 past a few a minute,
+:class:`~bridge.http.login.FailedLogins`). Everything shown is escaped (thread keys and
+texts are user input); a transcript's Markdown is rendered by :mod:`.ops_markdown`, which
+lets no HTML of the text's own through; and the pages carry a Content-Security-Policy that
+allows no script at all. Columns are named for people (:data:`bridge.operators.LABELS`),
+sizes are human-readable (the exact bytes in a tooltip), and a run a person stopped reads
+"stopped by Ada (Stop button)", not as a failure.
 """
 
 from __future__ import annotations
@@ -40,7 +41,15 @@ from ..operators import (
     label,
     run_outcome_text,
 )
-from .login import CookieLogin, token_matches, without_token
+from .login import (
+    LIMITED,
+    CookieLogin,
+    FailedLogins,
+    client_address,
+    limited_text,
+    token_matches,
+    without_token,
+)
 from .ops_markdown import render as render_markdown
 
 log = logging.getLogger(__name__)
@@ -136,15 +145,22 @@ class OpsView:
         self.operators = operators
         self._token = token.get_secret_value().encode()
         self._secure_cookie = secure_cookie
+        self.failures = FailedLogins()  # wrong tokens per address: a bearer or ?token=
 
     def _check(self, request: web.Request) -> web.StreamResponse | None:
         """None when authorized; else the refusal (401 no token, 403 wrong one) or a redirect."""
         bearer = _bearer(request.headers.get("Authorization", ""))
-        if bearer is not None:  # another scheme (a proxy's Basic) is not ours: not refused
-            return None if token_matches(self._token, bearer) else self._refuse(403)
-        if "token" in request.query:
-            if not token_matches(self._token, request.query["token"]):
+        given = bearer if bearer is not None else request.query.get("token")
+        if given is not None:  # a token given: limited per address (FailedLogins)
+            wait = self.failures.retry_after(client_address(request))
+            if wait is not None:  # not compared: the answer tells a guesser nothing
+                return self._limited(wait)
+            if not token_matches(self._token, given):
+                self.failures.failed(client_address(request))
                 return self._refuse(403)
+        if bearer is not None:  # another scheme (a proxy's Basic) is not ours: not refused
+            return None
+        if "token" in request.query:
             # Keep it in a cookie and drop it from the address bar.
             response = without_token(request, HEADERS)
             # https, or behind a TLS proxy
@@ -155,6 +171,11 @@ class OpsView:
             status = LOGIN.refusal(self._token, cookie, time.time())
             return None if status is None else self._refuse(status)
         return self._refuse(401)
+
+    @staticmethod
+    def _limited(retry_after: int) -> web.Response:
+        headers = {**HEADERS, "Retry-After": str(retry_after)}
+        return web.Response(status=LIMITED, text=limited_text(retry_after), headers=headers)
 
     @staticmethod
     def _refuse(status: int) -> web.Response:
@@ -171,7 +192,7 @@ class OpsView:
         async def wrapper(request: web.Request) -> web.StreamResponse:
             refusal = self._check(request)
             if refusal is not None:
-                if refusal.status in (401, 403):
+                if refusal.status in (401, 403, LIMITED):
                     log.warning("ops view: refused %s (%d)", request.remote, refusal.status)
                 return refusal
             return await handler(request)

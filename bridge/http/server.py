@@ -13,6 +13,11 @@ beyond that is answered 503 at once, with Retry-After), and one peer may have at
 ``server.max_requests_per_peer`` requests under way (429). Before, 1,200 slow connections
 that sent no credential took the gateway from 0.4 to 1.55 GB.
 Connections themselves are counted per peer before a byte is read (:mod:`bridge.http.connections`).
+
+A route that takes files (the web chat's message with uploads, ``multipart/form-data``) is
+marked :func:`streamed`: its gate still holds its body back, but the body is not read
+here into memory (it may be larger than ``server.max_body_bytes``): its handler streams it
+within its own size limit and :data:`STREAM_IDLE_S` per read, holding one chunk at a time.
 """
 
 from __future__ import annotations
@@ -46,6 +51,12 @@ HTTP_IDLE_TIMEOUT_S = 75.0
 # How long a request's body (at most server.max_body_bytes) may take to arrive: a body that
 # never ends is answered 408 instead of holding its connection for ever.
 HTTP_BODY_TIMEOUT_S = 30.0
+# A streamed body (see the module): how long one read may wait for its next bytes, and the
+# room it holds in the buffers' account (the chunk its handler reads at a time)
+STREAM_IDLE_S = HTTP_BODY_TIMEOUT_S
+STREAM_CHUNK_BYTES = 256 * 1024
+STREAMED_ROUTES = web.AppKey("streamed_routes", set[web.AbstractRoute])
+STREAMED_TYPES = frozenset({"multipart/form-data"})  # the bodies a streamed route streams
 
 
 def _platform(request: web.Request) -> str:
@@ -54,6 +65,20 @@ def _platform(request: web.Request) -> str:
     path = request.path
     return next(
         (name for prefix, name in request.app[ROUTE_PLATFORMS] if path.startswith(prefix)), "http"
+    )
+
+
+def streamed(app: web.Application, route: web.AbstractRoute) -> None:
+    """Let ``route``'s handler stream a ``multipart/form-data`` body itself (see the module);
+    any other body of it is read here as every body is."""
+    app[STREAMED_ROUTES].add(route)
+
+
+def streams_body(request: web.Request) -> bool:
+    """Whether ``request``'s body is left to its handler to stream (:func:`streamed`)."""
+    return (
+        request.content_type in STREAMED_TYPES
+        and request.match_info.route in request.app[STREAMED_ROUTES]
     )
 
 
@@ -117,8 +142,11 @@ def build_app(
                 if refusal is not None:
                     refusal.force_close()  # its body is never read
                     return refusal
+        streaming = streams_body(request)
         size = request.content_length
         size = max_body_bytes if size is None or size > max_body_bytes else size
+        if streaming:  # its handler holds one chunk at a time
+            size = min(size, STREAM_CHUNK_BYTES)
         peer = request.remote or "?"
         why = admission.take(peer, size)
         if why is not None:
@@ -134,6 +162,8 @@ def build_app(
             refused.force_close()
             return refused
         request[HELD] = (peer, size)
+        if streaming:
+            return None
         try:
             async with asyncio.timeout(HTTP_BODY_TIMEOUT_S):  # no task per request
                 await request.read()
@@ -177,6 +207,7 @@ def build_app(
 
     app = web.Application(client_max_size=max_body_bytes, middlewares=[refusals])
     app[BODY_GATES] = []
+    app[STREAMED_ROUTES] = set()
     app[ROUTE_PLATFORMS] = tuple(route_platforms)
 
     async def healthz(_: web.Request) -> web.Response:

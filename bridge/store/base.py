@@ -34,6 +34,7 @@ a write that landed answers as it would have. The reason is the repeat: a write 
 writes are written so that making one again after it landed leaves the state as one write
 left it, and answers as the first did (each method says what its repeat does):
 :meth:`~Store.accept`, :meth:`~Store.complete_message`, :meth:`~Store.redact_message`,
+:meth:`~Store.saved_attachments`,
 :meth:`~Store.start_new_epoch`, :meth:`~Store.finish_run`, :meth:`~Store.add_replies`,
 :meth:`~Store.prune`, :meth:`~Store.expire_prompts` and :meth:`~Store.set_kv`. The others are
 not, and rely on the rule above: :meth:`~Store.new_epoch` and :meth:`~Store.start_run` would
@@ -166,6 +167,12 @@ class Store(abc.ABC):
         there is no such message (nothing is written). Repeated: the same state, and the
         replies recorded the first time (:meth:`add_replies`).
         """
+
+    @abc.abstractmethod
+    async def saved_attachments(self, message_id: int, attachments: list[dict[str, Any]]) -> None:
+        """Replace a message's attachments with ``attachments``: the same files, each saved
+        into the home with its ``local_path`` (the web chat's page links a person's own
+        files so, :attr:`TranscriptEntry.attachments`). Repeated: the same attachments."""
 
     @abc.abstractmethod
     async def redact_message(self, message_id: int, text: str = "[redacted]") -> None:

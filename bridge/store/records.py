@@ -138,3 +138,5 @@ class TranscriptEntry:
     reply_id: int | None = None
     choices: list[dict[str, Any]] = field(default_factory=list)
     file_path: str | None = None
+    # a person's files (their message's Attachment dicts; ``local_path`` once saved)
+    attachments: list[dict[str, Any]] = field(default_factory=list)

@@ -7,6 +7,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from ...model import Inbound, InboxState
 from ..base import StoreError
@@ -142,6 +143,14 @@ class Intake(SqliteCore):
             return insert_replies(conn, replies, now)
 
         return await self._tx(work)
+
+    async def saved_attachments(self, message_id: int, attachments: list[dict[str, Any]]) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE inbox SET attachments = ? WHERE id = ?", (dumps(attachments), message_id)
+            )
+
+        await self._tx(work)
 
     async def redact_message(self, message_id: int, text: str = "[redacted]") -> None:
         def work(conn: sqlite3.Connection) -> None:

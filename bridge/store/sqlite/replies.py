@@ -88,10 +88,10 @@ class Replies(SqliteCore):
                 " SELECT * FROM ("
                 "  SELECT 0 AS src, id, received_at AS at, text,"
                 "   coalesce(nullif(sender_name, ''), sender_id) AS sender,"
-                "   id AS message_id, NULL AS outgoing"
+                "   id AS message_id, NULL AS outgoing, attachments"
                 "  FROM inbox WHERE conversation_id = (SELECT id FROM conv)"
                 "  UNION ALL"
-                "  SELECT 1 AS src, id, created_at AS at, NULL, NULL, message_id, outgoing"
+                "  SELECT 1 AS src, id, created_at AS at, NULL, NULL, message_id, outgoing, NULL"
                 "  FROM replies WHERE conversation_id = (SELECT id FROM conv)"
                 "   AND state IN (?, ?, ?)"
                 " ) ORDER BY at DESC, src DESC, id DESC LIMIT ?",
@@ -113,6 +113,7 @@ class Replies(SqliteCore):
                             at=row["at"],
                             sender=row["sender"],
                             message_id=row["message_id"],
+                            attachments=json.loads(row["attachments"] or "[]"),
                         )
                     )
                     continue

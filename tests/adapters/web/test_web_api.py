@@ -34,7 +34,7 @@ from web_support import (
     wait_until,
 )
 
-from bridge.http.login import without_token
+from bridge.http.login import LOGIN_FAILURES_ALLOWED, without_token
 from provisioning import naming
 from provisioning.layout import Layout
 
@@ -377,6 +377,86 @@ async def test_the_page_logs_in_with_the_token_and_drops_it_from_the_url(
                 f"{base}/api/threads/t/messages", cookies={"jazz_bridge_web": ops}
             ) as r:
                 assert r.status == 401
+
+
+@pytest.mark.parametrize("secure", [True, False])
+async def test_the_login_cookie_is_secure_when_configured(
+    env: dict[str, str], secure: bool
+) -> None:
+    """Behind a TLS-terminating proxy the gateway sees plain http: ``web.secure_cookie``
+    marks the page's login Secure all the same (as ``ops.secure_cookie`` does for /ops)."""
+    env["JAZZ_BRIDGE_WEB__TOKEN"] = WEB_TOKEN
+    env["JAZZ_BRIDGE_WEB__SECURE_COOKIE"] = str(secure).lower()
+    async with running_gateway(env) as (_, client), _browser() as s:
+        async with s.post(f"{client.base}/login", json={"token": WEB_TOKEN}) as form:
+            assert form.status == 204
+            by_form = form.headers["Set-Cookie"]
+        link = f"{client.base}/?token={WEB_TOKEN}"
+        async with s.get(link, allow_redirects=False) as r:
+            assert r.status == 303
+            by_link = r.headers["Set-Cookie"]
+    for cookie in (by_form, by_link):
+        flags = {part.strip().lower() for part in cookie.split(";")}
+        assert ("secure" in flags) is secure, cookie
+        assert "httponly" in flags and "samesite=strict" in flags, cookie
+
+
+def _token_failures(text: str) -> float:
+    """``jazz_bridge_auth_failures_total{platform="web",reason="token"}`` in ``text``."""
+    line = 'jazz_bridge_auth_failures_total{platform="web",reason="token"} '
+    return next((float(x.split()[-1]) for x in text.splitlines() if x.startswith(line)), 0.0)
+
+
+async def test_wrong_tokens_are_limited_per_address_and_the_right_one_is_not(
+    env: dict[str, str],
+) -> None:
+    """Ten wrong tokens a minute from one address, given any way (the form, the link, a
+    bearer); then every token from it is 429 with Retry-After, the right one too (else the
+    answers would tell a guesser when it hit), each counted as a token failure. Right
+    tokens never count: logging in again and again is never limited; a minute after the
+    wrong ones the right token logs in again."""
+    env["JAZZ_BRIDGE_WEB__TOKEN"] = WEB_TOKEN
+    async with running_gateway(env) as (app, client), _browser() as s:
+        (web,) = [a for a in app.adapters if a.name == "web"]
+        failures = web._auth.failures  # type: ignore[attr-defined]
+        now = [1000.0]
+        failures.clock = lambda: now[0]
+        base = client.base
+        for _ in range(LOGIN_FAILURES_ALLOWED + 5):  # right ones are never counted
+            async with s.post(f"{base}/login", json={"token": WEB_TOKEN}) as r:
+                assert r.status == 204
+        wrong = "not-the-web-token-0123456789"
+        for n in range(LOGIN_FAILURES_ALLOWED):
+            if n % 3 == 0:
+                async with s.post(f"{base}/login", json={"token": wrong}) as r:
+                    assert r.status == 403, (n, r.status)
+            elif n % 3 == 1:
+                async with s.get(f"{base}/?token={wrong}", allow_redirects=False) as r:
+                    assert r.status == 303 and "login=wrong" in r.headers["Location"]
+            else:
+                headers = {"Authorization": f"Bearer {wrong}"}
+                async with s.get(f"{base}/api/threads/t/messages", headers=headers) as r:
+                    assert r.status == 401, (n, r.status)
+            now[0] += 1
+        for token in (wrong, WEB_TOKEN):
+            async with s.post(f"{base}/login", json={"token": token}) as r:
+                assert r.status == 429, (token, r.status)
+                assert int(r.headers["Retry-After"]) == 60 - LOGIN_FAILURES_ALLOWED
+                assert "too many wrong tokens" in (await r.json())["error"]
+        bearer = {"Authorization": f"Bearer {WEB_TOKEN}"}
+        async with s.get(f"{base}/api/threads/t/messages", headers=bearer) as r:
+            assert r.status == 429 and "Retry-After" in r.headers
+        async with s.get(f"{base}/?token={WEB_TOKEN}", allow_redirects=False) as r:
+            assert r.status == 429
+        # the login the browser already has is no token given: it keeps working
+        async with s.get(f"{base}/api/threads/t/messages") as r:
+            assert r.status == 200
+        async with s.get(f"{base}/metrics") as r:
+            counted = _token_failures(await r.text())
+        assert counted == LOGIN_FAILURES_ALLOWED + 4, counted  # the wrong ones, then the 429s
+        now[0] += 60  # the first wrong one is a minute old: one try is back
+        async with s.post(f"{base}/login", json={"token": WEB_TOKEN}) as r:
+            assert r.status == 204, r.status
 
 
 def test_a_redirect_without_the_token_keeps_the_rest_of_the_query() -> None:

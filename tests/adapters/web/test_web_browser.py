@@ -8,7 +8,8 @@ refusal's reason, not "error 507").
 A file the agent sent shows as a link with its name (never the server's path) and an image
 as a preview, loaded from the chat's own origin only; with ``web.token`` set the page asks
 for the token (not "error 401"), says a wrong one so, and keeps the login in a cookie with
-the token gone from the address bar; a run's summary line is in its answer's bubble.
+the token gone from the address bar; a run's summary line is in its answer's bubble. An
+image a person attaches with the 📎 button shows as a preview in their own bubble.
 
 The full-disk test puts the state directory on a small tmpfs that is filled (root only)."""
 
@@ -22,6 +23,7 @@ import full_disk_support as full_disk
 import pytest
 from accounts_support import remove_accounts
 from browser_support import BROWSER, chromium_page
+from files_runner import png
 from web_support import SENT_FILES, files_sent, gateway_env, running_gateway, use_files_runner
 
 pytestmark = BROWSER
@@ -145,6 +147,42 @@ async def test_a_refused_press_shows_why(env: dict[str, str], tiny_state: Path) 
         await approve.click()
         await expect(page.locator("#toast")).to_contain_text("disk is full", timeout=10_000)
         filler.unlink()
+
+
+async def test_an_image_sent_with_a_message_shows_as_a_preview(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """The 📎 button picks a file; sent with the message, it is saved into the home and the
+    person's own bubble links it (its name, never a path) and previews the image."""
+    from playwright.async_api import expect
+
+    root = env["JAZZ_BRIDGE_ROOT"]
+    async with running_gateway(env) as (app, client), chromium_page() as page:
+        await page.goto(f"http://127.0.0.1:{app.port}/?thread=upload&user=ada")
+        await expect(page.get_by_role("button", name="Attach files")).to_be_visible()
+        await page.set_input_files(
+            "#file", files=[{"name": "photo.png", "mimeType": "image/png", "buffer": png()}]
+        )
+        await expect(page.locator("#chosen")).to_have_text("📎 photo.png")
+        await page.fill("#text", "what is in this picture?")
+        await page.click("#send-button")
+        await expect(page.locator(".msg.assistant")).to_contain_text(
+            "fake answer to: what is in this picture?", timeout=20_000
+        )
+        preview = page.locator(".msg.user img.preview")
+        await expect(preview).to_have_count(1, timeout=20_000)
+        await expect(preview).to_have_attribute("alt", "photo.png")
+        await page.wait_for_function(
+            "() => document.querySelector('.msg.user img.preview').naturalWidth === 24",
+            timeout=10_000,
+        )
+        await expect(page.locator(".msg.user .file a")).to_have_text("📎 photo.png")
+        await expect(page.locator("#chosen")).to_have_text("")  # sent: the choice is cleared
+        html = await page.content()
+        assert root not in html, "the page names the server's path"
+        await page.screenshot(path=str(tmp_path / "upload.png"))
+    (start,) = client.starts("web:upload")
+    assert "-photo.png" in start["prompt"], start["prompt"]
 
 
 async def test_a_file_shows_as_a_link_and_an_image_as_a_preview(

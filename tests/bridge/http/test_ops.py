@@ -25,6 +25,7 @@ from accounts_support import remove_accounts
 from faults_support import serve
 from gateway_harness import gateway_env, run_cli, running_gateway, wait_until
 
+from bridge.http.login import LOGIN_FAILURES_ALLOWED
 from bridge.runner.command import shared_interpreter
 from provisioning import naming
 
@@ -108,6 +109,33 @@ async def test_the_login_cookie_is_secure_when_configured(
     flags = {part.strip().lower() for part in cookie.split(";")}
     assert ("secure" in flags) is secure, cookie
     assert "httponly" in flags and "samesite=strict" in flags, cookie
+
+
+async def test_wrong_operator_tokens_are_limited_per_address(env: dict[str, str]) -> None:
+    """/ops shares the web chat's login code, and its limit: ten wrong tokens a minute from
+    one address (as a bearer or ``?token=``), then 429 with Retry-After for every token,
+    the right one too; the login cookie already given keeps working."""
+    async with running_gateway(env) as (app, _), aiohttp.ClientSession() as s:
+        base = f"http://127.0.0.1:{app.port}"
+        login = await _login(s, base)
+        cookies = {COOKIE: login.cookies[COOKIE].value}
+        for n in range(LOGIN_FAILURES_ALLOWED):
+            if n % 2:
+                async with s.get(f"{base}/ops?token=wrong", allow_redirects=False) as r:
+                    assert r.status == 403, (n, r.status)
+            else:
+                async with s.get(f"{base}/ops", headers={"Authorization": "Bearer no"}) as r:
+                    assert r.status == 403, (n, r.status)
+        for url, headers in (
+            (f"{base}/ops?token={TOKEN}", {}),
+            (f"{base}/ops", {"Authorization": f"Bearer {TOKEN}"}),
+        ):
+            async with s.get(url, headers=headers, allow_redirects=False) as r:
+                assert r.status == 429, (url, r.status)
+                assert 1 <= int(r.headers["Retry-After"]) <= 60
+                assert "too many wrong tokens" in await r.text()
+        async with s.get(f"{base}/ops", cookies=cookies) as r:
+            assert r.status == 200, r.status
 
 
 # -- what a page shows of a failed run -------------------------------------------------------

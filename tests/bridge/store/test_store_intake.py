@@ -74,3 +74,22 @@ async def test_concurrent_accepts_dedupe(store: Store) -> None:
     assert fresh == 10
     assert all(len(v) == 1 for v in ids.values())
     assert len(await store.messages_in_state(InboxState.ACCEPTED)) == 10
+
+
+async def test_where_a_messages_files_were_saved_is_recorded_and_in_its_transcript(
+    store: Store,
+) -> None:
+    """The turn records each saved file's ``local_path`` (the web chat's page links a
+    person's own files so); the transcript's user line carries them, a reply's none."""
+    rec, _ = await store.accept(
+        inbound("ev-files", attachments=(Attachment(name="a.txt", size=3),)),
+        home="h",
+        is_command=False,
+    )
+    saved = [{"name": "a.txt", "size": 3, "local_path": "/r/chats/h/workspace/a.txt"}]
+    await store.saved_attachments(rec.id, saved)
+    await store.saved_attachments(rec.id, saved)  # repeated: the same
+    got = await store.get_message(rec.id)
+    assert got is not None and got.attachments == saved
+    (line,) = await store.transcript(rec.thread_key)
+    assert line.role == "user" and line.attachments == saved
