@@ -4,7 +4,7 @@ Why: python-telegram-bot's ``Bot.send_message`` (and ``edit_message_text``,
 ``get_updates``) turns Telegram's JSON answer into a full ``Message`` or ``Update`` object
 graph, attribute by attribute through ``TelegramObject.__setattr__``. The gateway reads one
 field of a sent message (its ``message_id``) and nothing of an edit's, and a polled update
-it checks as JSON first (:mod:`.guard`) before PTB builds it once. Profiling
+it reads as JSON (:mod:`.update_json`). Profiling
 ``bench/bench_telegram_load.py`` put ``Message.de_json`` alone at 12% of the gateway's busy
 time, more than its SQLite work, and ``Update.to_dict`` (the JSON read back from what PTB
 built) at 2.4% more.
