@@ -19,6 +19,7 @@ Parameters are plain JSON values (a ``TelegramObject`` given is sent as its ``to
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -52,7 +53,7 @@ class BotApi:
         """Post ``method`` with ``params``; Telegram's ``result``, or PTB's typed error."""
         data = RequestData(
             parameters=[
-                RequestParameter(name, _jsonable(value), None)
+                RequestParameter(name, _encoded(value), None)
                 for name, value in params.items()
                 if value is not None
             ]
@@ -75,6 +76,13 @@ class BotApi:
         if not isinstance(result, dict) or type(result.get("message_id")) is not int:
             raise TelegramError(f"Telegram's answer to {method} has no message_id: {result!r:.200}")
         return int(result["message_id"])
+
+
+def _encoded(value: object) -> str:
+    """A parameter as the form field PTB sends (``RequestParameter.json_value``): a string
+    as it is, anything else as JSON. Encoded once here: ``RequestData.json_parameters``
+    encodes every value that is not a string twice, for every call."""
+    return value if isinstance(value, str) else json.dumps(_jsonable(value))
 
 
 def _jsonable(value: object) -> object:
