@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from aiohttp import web
-from telegram import BotCommand, Update
+from telegram import BotCommand
 from telegram.error import InvalidToken, TelegramError
 from telegram.ext import Application, ApplicationBuilder
 
@@ -39,6 +39,7 @@ from .presses import CallbackPresses
 from .spec import TelegramSettings, check
 from .surface import TelegramSurface
 from .transport import AiohttpRequest, env_proxy
+from .update_json import Update
 from .webhook import Webhook
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,7 @@ class TelegramAdapter:
     async def process(self, update: Update) -> SubmitStatus | None:
         """Hand one update to the core; returns only after it is persisted (or dropped)."""
         assert self._intake is not None and self._presses is not None
-        if update.callback_query is not None:
-            await self._presses.on_callback(update.callback_query)
+        if (query := update.get("callback_query")) is not None:
+            await self._presses.on_callback(query)
             return None
         return await self._intake.take(update)

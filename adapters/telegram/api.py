@@ -4,7 +4,7 @@ Why: python-telegram-bot's ``Bot.send_message`` (and ``edit_message_text``,
 ``get_updates``) turns Telegram's JSON answer into a full ``Message`` or ``Update`` object
 graph, attribute by attribute through ``TelegramObject.__setattr__``. The gateway reads one
 field of a sent message (its ``message_id``) and nothing of an edit's, and a polled update
-it checks as JSON first (:mod:`.guard`) before PTB builds it once. Profiling
+it reads as JSON (:mod:`.update_json`). Profiling
 ``bench/bench_telegram_load.py`` put ``Message.de_json`` alone at 12% of the gateway's busy
 time, more than its SQLite work, and ``Update.to_dict`` (the JSON read back from what PTB
 built) at 2.4% more.
@@ -19,6 +19,7 @@ Parameters are plain JSON values (a ``TelegramObject`` given is sent as its ``to
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -52,7 +53,7 @@ class BotApi:
         """Post ``method`` with ``params``; Telegram's ``result``, or PTB's typed error."""
         data = RequestData(
             parameters=[
-                RequestParameter(name, _jsonable(value), None)
+                RequestParameter(name, _encoded(value), None)
                 for name, value in params.items()
                 if value is not None
             ]
@@ -75,6 +76,13 @@ class BotApi:
         if not isinstance(result, dict) or type(result.get("message_id")) is not int:
             raise TelegramError(f"Telegram's answer to {method} has no message_id: {result!r:.200}")
         return int(result["message_id"])
+
+
+def _encoded(value: object) -> str:
+    """A parameter as the form field PTB sends (``RequestParameter.json_value``): a string
+    as it is, anything else as JSON. Encoded once here: ``RequestData.json_parameters``
+    encodes every value that is not a string twice, for every call."""
+    return value if isinstance(value, str) else json.dumps(_jsonable(value))
 
 
 def _jsonable(value: object) -> object:

@@ -1,11 +1,12 @@
-"""The shape of a webhook update, checked before python-telegram-bot reads it.
+"""The shape of an update (posted or polled), checked before anything reads it.
 
 PTB's ``de_json`` trusts the Bot API's types: a string where Telegram sends an object made
 it raise outside the errors the webhook caught (a 500), and a string chat id went through
-it, was stored and failed later when the answer was sent. The Bot API never sends such an
-update, so one that does not match the fields the adapter reads (their types, Telegram's
-own) is answered 400 and never stored. Unknown fields are left alone (new Bot API versions
-add them).
+it, was stored and failed later when the answer was sent. The adapter now reads the JSON
+itself (:mod:`.update_json`), which trusts these types just as much. The Bot API never
+sends such an update, so one that does not match the fields the adapter reads (their
+types, Telegram's own) is answered 400 and never stored. Unknown fields are left alone (new
+Bot API versions add them); what PTB would refuse beyond this is :mod:`.buildable`'s.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ group messages address the bot (a mention, a reply to it, one of its commands, a
 an addressed album), what the agent reads (the text without ``@bot``, the message replied
 to, files, what a location or poll holds) and which conversation it belongs to
 (:func:`thread_key`). Apart from :mod:`.render`, the way out: the two share nothing.
+
+They read the update as the JSON it came as (:mod:`.update_json` says why), checked before
+(:mod:`.guard`, :mod:`.buildable`); :func:`to_inbound` also takes a message PTB built.
 """
 
 from __future__ import annotations
@@ -14,12 +17,23 @@ import re
 from collections.abc import Collection, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any
 
-from telegram import Message, MessageEntity, PhotoSize, User
+from telegram import TelegramObject
 
 from bridge.engine.commands import parse_command
 from bridge.model import Attachment, Inbound
+
+from .update_json import (
+    Entity,
+    File,
+    Message,
+    PhotoSize,
+    User,
+    chat_name,
+    entity_texts,
+    full_name,
+    message_json,
+)
 
 SHARED_CHAT_TYPES = frozenset({"group", "supergroup", "channel"})
 BLANK = " \t"  # the spaces a removed @mention leaves beside it (never line breaks)
@@ -65,7 +79,8 @@ class Rules:
 
 def _named(user: User, entries: frozenset[str]) -> bool:
     """Whether normalized ``entries`` name ``user``: its id, or its username as @name."""
-    return str(user.id) in entries or bool(user.username and f"@{user.username.lower()}" in entries)
+    username = user.get("username")
+    return str(user["id"]) in entries or bool(username and f"@{username.lower()}" in entries)
 
 
 def normalize_ids(values: Collection[int | str]) -> frozenset[str]:
@@ -102,27 +117,29 @@ def thread_key(chat_id: int, thread_id: int | None) -> str:
 
 def topic_id(message: Message) -> int | None:
     """The forum topic a message belongs to (None outside forum topics)."""
-    if message.is_topic_message and message.message_thread_id is not None:
-        return message.message_thread_id
-    return None
+    thread = message.get("message_thread_id")
+    return thread if message.get("is_topic_message") and thread is not None else None
 
 
 def attachments(message: Message) -> tuple[Attachment, ...]:
     found: list[Attachment] = []
-    if (doc := message.document) is not None:
-        found.append(_file(doc, doc.file_name or f"document-{doc.file_unique_id}", doc.mime_type))
-    if message.photo:
-        p = _largest(message.photo)
-        found.append(_file(p, f"photo-{p.file_unique_id}.jpg", "image/jpeg"))
-    if (v := message.voice) is not None:
-        found.append(_file(v, f"voice-{v.file_unique_id}.ogg", v.mime_type or "audio/ogg"))
-    if (a := message.audio) is not None:
-        found.append(_file(a, a.file_name or f"audio-{a.file_unique_id}", a.mime_type))
-    if (clip := message.video) is not None:
-        name = clip.file_name or f"video-{clip.file_unique_id}.mp4"
-        found.append(_file(clip, name, clip.mime_type or "video/mp4"))
-    if (note := message.video_note) is not None:  # a round video message
-        found.append(_file(note, f"video-note-{note.file_unique_id}.mp4", "video/mp4"))
+    if (doc := message.get("document")) is not None:
+        name = doc.get("file_name") or f"document-{doc['file_unique_id']}"
+        found.append(_file(doc, name, doc.get("mime_type")))
+    if photos := message.get("photo"):
+        p = _largest(photos)
+        found.append(_file(p, f"photo-{p['file_unique_id']}.jpg", "image/jpeg"))
+    if (v := message.get("voice")) is not None:
+        name = f"voice-{v['file_unique_id']}.ogg"
+        found.append(_file(v, name, v.get("mime_type") or "audio/ogg"))
+    if (a := message.get("audio")) is not None:
+        name = a.get("file_name") or f"audio-{a['file_unique_id']}"
+        found.append(_file(a, name, a.get("mime_type")))
+    if (clip := message.get("video")) is not None:
+        name = clip.get("file_name") or f"video-{clip['file_unique_id']}.mp4"
+        found.append(_file(clip, name, clip.get("mime_type") or "video/mp4"))
+    if (note := message.get("video_note")) is not None:  # a round video message
+        found.append(_file(note, f"video-note-{note['file_unique_id']}.mp4", "video/mp4"))
     return tuple(found)
 
 
@@ -132,21 +149,21 @@ def described(message: Message) -> str:
 
     Dropped, these left the person who sent one in a private chat hearing nothing at all.
     """
-    if (venue := message.venue) is not None:
-        where = f"{venue.location.latitude}, {venue.location.longitude}"
-        return f"[Shared a place: {venue.title}, {venue.address} ({where})]"
-    if (loc := message.location) is not None:
-        return f"[Shared a location: {loc.latitude}, {loc.longitude}]"
-    if (contact := message.contact) is not None:
-        name = " ".join(n for n in (contact.first_name, contact.last_name) if n)
-        return f"[Shared a contact: {name}, {contact.phone_number}]"
-    if (poll := message.poll) is not None:
-        options = "".join(f"\n- {option.text}" for option in poll.options)
-        return f"[Poll: {poll.question}]{options}"
-    if (sticker := message.sticker) is not None:
-        return f"[Sticker {sticker.emoji or ''}]".replace(" ]", "]")
-    if (dice := message.dice) is not None:
-        return f"[Rolled {dice.emoji}: {dice.value}]"
+    if (venue := message.get("venue")) is not None:
+        where = f"{venue['location']['latitude']}, {venue['location']['longitude']}"
+        return f"[Shared a place: {venue['title']}, {venue['address']} ({where})]"
+    if (loc := message.get("location")) is not None:
+        return f"[Shared a location: {loc['latitude']}, {loc['longitude']}]"
+    if (contact := message.get("contact")) is not None:
+        name = " ".join(n for n in (contact["first_name"], contact.get("last_name")) if n)
+        return f"[Shared a contact: {name}, {contact['phone_number']}]"
+    if (poll := message.get("poll")) is not None:
+        options = "".join(f"\n- {option['text']}" for option in poll["options"])
+        return f"[Poll: {poll['question']}]{options}"
+    if (sticker := message.get("sticker")) is not None:
+        return f"[Sticker {sticker.get('emoji') or ''}]".replace(" ]", "]")
+    if (dice := message.get("dice")) is not None:
+        return f"[Rolled {dice['emoji']}: {dice['value']}]"
     return ""
 
 
@@ -156,15 +173,15 @@ def _merged(first: Sequence[Attachment], more: Sequence[Attachment]) -> tuple[At
     return (*first, *(a for a in more if a.platform_id not in known))
 
 
-def _file(media: Any, name: str, media_type: str | None) -> Attachment:
+def _file(media: File, name: str, media_type: str | None) -> Attachment:
     """One file of a message (any of the Bot API's file objects) as an Attachment."""
     return Attachment(
-        name=name, size=media.file_size, media_type=media_type, platform_id=media.file_id
+        name=name, size=media.get("file_size"), media_type=media_type, platform_id=media["file_id"]
     )
 
 
 def _largest(sizes: Sequence[PhotoSize]) -> PhotoSize:
-    return max(sizes, key=lambda p: (p.width * p.height, p.file_size or 0))
+    return max(sizes, key=lambda p: (p["width"] * p["height"], p.get("file_size") or 0))
 
 
 def _command_target(text: str) -> tuple[str, str | None] | None:
@@ -176,27 +193,35 @@ def _command_target(text: str) -> tuple[str, str | None] | None:
     return stripped, match.group(2)
 
 
+MENTIONS = ("mention", "text_mention")
+
+
 def _mentions_bot(message: Message, rules: Rules) -> bool:
     wanted = f"@{rules.bot_username.lower()}"
-    parsed = message.parse_entities(["mention", "text_mention"]) or {}
-    parsed_caption = message.parse_caption_entities(["mention", "text_mention"]) or {}
-    for entity, value in {**parsed, **parsed_caption}.items():
-        if entity.type == MessageEntity.MENTION and value.lower() == wanted:
+    # as PTB's parse_entities merged: one per (type, offset, length), the first entity
+    # with the last text (the caption's over the text's)
+    merged: dict[tuple[str, int, int], tuple[Entity, str]] = {}
+    for entity, value in [
+        *entity_texts(message, "text", MENTIONS),
+        *entity_texts(message, "caption", MENTIONS),
+    ]:
+        key = (entity["type"], entity["offset"], entity["length"])
+        merged[key] = (merged[key][0] if key in merged else entity, value)
+    for entity, value in merged.values():
+        if entity["type"] == "mention" and value.lower() == wanted:
             return True
-        if (
-            entity.type == MessageEntity.TEXT_MENTION
-            and entity.user is not None
-            and entity.user.id == rules.bot_id
-        ):
+        user = entity.get("user")
+        if entity["type"] == "text_mention" and user is not None and user["id"] == rules.bot_id:
             return True
     return False
 
 
 def _replies_to_bot(message: Message, rules: Rules) -> bool:
-    reply = message.reply_to_message
-    if reply is None or reply.forum_topic_created is not None:
+    reply = message.get("reply_to_message")
+    if reply is None or reply.get("forum_topic_created") is not None:
         return False  # in a forum every message "replies" to the topic's first message
-    return reply.from_user is not None and reply.from_user.id == rules.bot_id
+    sender = reply.get("from")
+    return sender is not None and sender["id"] == rules.bot_id
 
 
 def without_mentions(text: str, bot_username: str) -> str:
@@ -234,25 +259,27 @@ def replied_context(message: Message, rules: Rules) -> Message | None:
     Not the bot's own answer (it is in the conversation's history) unless a part of it was
     quoted, and not the opening of a forum topic (every topic message "replies" to it).
     """
-    reply = message.reply_to_message
-    if reply is None or reply.forum_topic_created is not None:
+    reply = message.get("reply_to_message")
+    if reply is None or reply.get("forum_topic_created") is not None:
         return None
-    if reply.from_user is not None and reply.from_user.id == rules.bot_id and not message.quote:
+    sender = reply.get("from")
+    if sender is not None and sender["id"] == rules.bot_id and message.get("quote") is None:
         return None
     return reply
 
 
 def _author(message: Message) -> str:
-    if message.from_user is not None:
-        return display_name(message.from_user)
-    if message.sender_chat is not None:
-        return message.sender_chat.effective_name or str(message.sender_chat.id)
+    if (sender := message.get("from")) is not None:
+        return display_name(sender)
+    if (chat := message.get("sender_chat")) is not None:
+        return chat_name(chat) or str(chat["id"])
     return "someone"
 
 
 def with_reply_context(text: str, message: Message, reply: Message) -> str:
     """``text`` after the replied-to message, quoted (the part the person quoted, if any)."""
-    quoted = message.quote.text if message.quote else reply.text or reply.caption or ""
+    quote = message.get("quote")
+    quoted = quote["text"] if quote is not None else reply.get("text") or reply.get("caption") or ""
     files = attachments(reply)
     head = f"In reply to {_author(reply)}" + (" (its files are attached):" if files else ":")
     lines = [head, *(f"> {line}" for line in quoted.splitlines())]
@@ -261,7 +288,7 @@ def with_reply_context(text: str, message: Message, reply: Message) -> str:
 
 def display_name(user: User) -> str:
     """How the chat shows a person (a message's sender, the presser of a Stop)."""
-    return user.full_name or user.username or str(user.id)
+    return full_name(user) or user.get("username") or str(user["id"])
 
 
 def _on_behalf_of_a_chat(message: Message, rules: Rules, keyed_on: int | None) -> Ignored:
@@ -269,12 +296,12 @@ def _on_behalf_of_a_chat(message: Message, rules: Rules, keyed_on: int | None) -
     commands) anonymously or as a channel by someone in an allowed chat, who would
     otherwise wait for an answer. A channel's automatic forward is never told."""
     ignored = Ignored("ignored", "sent on behalf of a chat, not by a person")
-    chat, user = message.chat, message.from_user
-    if message.is_automatic_forward or user is None:
+    chat, user = message["chat"], message.get("from")
+    if message.get("is_automatic_forward") or user is None:
         return ignored
-    if not rules.user_allowed(user, chat.id, chat.username, keyed_on):
+    if not rules.user_allowed(user, chat["id"], chat.get("username"), keyed_on):
         return ignored
-    text = message.text or message.caption or ""
+    text = message.get("text") or message.get("caption") or ""
     command = _command_target(text.lstrip())
     ours = command is not None and (
         (command[1] or "").lower() == rules.bot_username.lower()
@@ -282,24 +309,27 @@ def _on_behalf_of_a_chat(message: Message, rules: Rules, keyed_on: int | None) -
     )
     if not (ours or _mentions_bot(message, rules) or _replies_to_bot(message, rules)):
         return ignored
-    target: dict[str, int | bool | str] = {"chat_id": chat.id, "message_id": message.message_id}
+    target: dict[str, int | bool | str] = {
+        "chat_id": chat["id"],
+        "message_id": message["message_id"],
+    }
     topic = topic_id(message)
     if topic is not None:
         target["thread_id"] = topic
-    if chat.type in SHARED_CHAT_TYPES:
+    if chat["type"] in SHARED_CHAT_TYPES:
         target["shared"] = True
     return dataclasses.replace(ignored, tell=ANONYMOUS_TEXT, target=target)
 
 
 def album_of(message: Message) -> str | None:
     """The album (media group) a message is one part of, as ``chat:media_group_id``."""
-    group = message.media_group_id
-    return f"{message.chat.id}:{group}" if group else None
+    group = message.get("media_group_id")
+    return f"{message['chat']['id']}:{group}" if group else None
 
 
 def to_inbound(
     update_id: int,
-    message: Message,
+    message: Message | TelegramObject,
     rules: Rules,
     addressed_albums: AbstractSet[str] = frozenset(),
     keyed_on: int | None = None,
@@ -312,23 +342,24 @@ def to_inbound(
     ``addressed_albums``: albums (:func:`album_of`) one part of which addressed the bot in a
     group; their other parts (a caption mentions the bot only on the first) are let in too.
     """
-    if message.sender_chat is not None or message.is_automatic_forward:
+    message = message_json(message)
+    if message.get("sender_chat") is not None or message.get("is_automatic_forward"):
         # a channel's post copied into its discussion group (from "Telegram", 777000, not a
         # bot), or a message sent as a channel or anonymously as the group (from Telegram's
         # stand-in bots): no person to answer, to bind buttons to, or to count a run against
         return _on_behalf_of_a_chat(message, rules, keyed_on)
-    user = message.from_user
-    if user is None or user.is_bot:
+    user = message.get("from")
+    if user is None or user.get("is_bot"):
         return Ignored("ignored", "sent by a bot")
-    chat = message.chat
-    first = chat.id if keyed_on is None else keyed_on
-    if not rules.user_allowed(user, chat.id, chat.username, keyed_on):
-        return Ignored("denied", f"user {user.id} in chat {chat.id} is not on the allowlist")
-    text = message.text or message.caption or described(message)
+    chat = message["chat"]
+    first = chat["id"] if keyed_on is None else keyed_on
+    if not rules.user_allowed(user, chat["id"], chat.get("username"), keyed_on):
+        return Ignored("denied", f"user {user['id']} in chat {chat['id']} is not on the allowlist")
+    text = message.get("text") or message.get("caption") or described(message)
     files = attachments(message)
     if not text.strip() and not files:
         return Ignored("ignored", "no text and no file (a service message)")
-    shared = chat.type in SHARED_CHAT_TYPES
+    shared = chat["type"] in SHARED_CHAT_TYPES
     command = _command_target(text.lstrip())
     ours = False  # a command this bot was named in, or one of its own
     if command is not None:
@@ -358,18 +389,21 @@ def to_inbound(
     else:  # a bare "@bot": the help, as Slack answers a bare mention (not a run on "@bot")
         text = "/help"
     topic = topic_id(message)
-    target: dict[str, int | bool | str] = {"chat_id": chat.id, "message_id": message.message_id}
+    target: dict[str, int | bool | str] = {
+        "chat_id": chat["id"],
+        "message_id": message["message_id"],
+    }
     if topic is not None:
         target["thread_id"] = topic
     if shared:
         target["shared"] = True
-    if chat.username:  # a public chat: its links (t.me/<name>/<message>) carry this, no id
-        target["chat_username"] = chat.username.lower()
+    if username := chat.get("username"):  # a public chat: links (t.me/<name>/<id>) carry it
+        target["chat_username"] = username.lower()
     return Inbound(
         platform="telegram",
         event_id=f"{rules.bot_id}:{update_id}",
         thread_key=thread_key(first, topic),
-        sender_id=str(user.id),
+        sender_id=str(user["id"]),
         sender_name=display_name(user),
         text=text,
         attachments=files,

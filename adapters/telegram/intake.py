@@ -1,7 +1,8 @@
 """Telegram's updates to the core: a message becomes an :class:`~bridge.model.Inbound`
 handed to ``gateway.submit``, whichever way it came (the webhook or polling).
 
-The conversion is :mod:`.inbound`'s (a pure function of the message and the bot's rules);
+The conversion is :mod:`.inbound`'s (a pure function of the message, read as JSON, and
+the bot's rules);
 this is what it needs around it that lasts from one update to the next: the chats that
 moved to a supergroup (:mod:`.moves`), the albums a part of which addressed the bot, and
 the word to a sender whose message the core does not take. Button presses are
@@ -15,8 +16,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from telegram import Message, Update
-
 from bridge.model import Inbound, Outgoing, ReplyKind, ReplyTarget
 from bridge.ports import AdapterContext, DeliveryError, SubmitStatus
 
@@ -24,6 +23,7 @@ from .beside import Beside
 from .inbound import SHARED_CHAT_TYPES, Ignored, Rules, thread_key, to_inbound
 from .moves import ChatMoves
 from .surface import TelegramSurface
+from .update_json import Message, Update
 
 log = logging.getLogger(__name__)
 
@@ -56,35 +56,34 @@ class UpdateIntake:
         """Hand one update that is not a press to the core; returns only after it is
         persisted (or dropped)."""
         metrics = self.ctx.metrics.messages
-        message = update.message
+        update_id = update["update_id"]
+        message = update.get("message")
         if message is None:
-            kind = "edited message" if update.edited_message is not None else "update"
-            log.debug("telegram: %s %d ignored", kind, update.update_id)
+            kind = "edited message" if update.get("edited_message") is not None else "update"
+            log.debug("telegram: %s %d ignored", kind, update_id)
             metrics.labels("telegram", "ignored").inc()
             return None
-        if message.migrate_to_chat_id or message.migrate_from_chat_id:
+        if message.get("migrate_to_chat_id") or message.get("migrate_from_chat_id"):
             await self._note_move(message)
             metrics.labels("telegram", "ignored").inc()
             return None
         try:
             result = to_inbound(
-                update.update_id,
+                update_id,
                 message,
                 self.rules,
                 self._addressed_albums.keys(),
-                keyed_on=self.keyed_on(message.chat.id),
+                keyed_on=self.keyed_on(message["chat"]["id"]),
             )
         except Exception:
-            log.exception("telegram: update %d could not be read; dropped", update.update_id)
+            log.exception("telegram: update %d could not be read; dropped", update_id)
             metrics.labels("telegram", "ignored").inc()
             return None
         if isinstance(result, Ignored):
-            log.info("telegram: update %d %s: %s", update.update_id, result.outcome, result.reason)
+            log.info("telegram: update %d %s: %s", update_id, result.outcome, result.reason)
             metrics.labels("telegram", result.outcome).inc()
             if result.tell is not None:
-                self._beside.run(
-                    self._tell(update.update_id, result), f"telegram-tell-{update.update_id}"
-                )
+                self._beside.run(self._tell(update_id, result), f"telegram-tell-{update_id}")
             return None
         if result.part_of is not None:  # its other parts are let in too (see to_inbound)
             self._addressed(result.part_of)
@@ -97,10 +96,11 @@ class UpdateIntake:
 
     async def _note_move(self, message: Message) -> None:
         """A group became a supergroup: its conversations follow it (moves.py)."""
-        if message.migrate_to_chat_id:  # posted in the old chat
-            await self.moves.note(message.chat.id, int(message.migrate_to_chat_id))
-        elif message.migrate_from_chat_id:  # posted in the new one
-            await self.moves.note(int(message.migrate_from_chat_id), message.chat.id)
+        chat_id = message["chat"]["id"]
+        if new := message.get("migrate_to_chat_id"):  # posted in the old chat
+            await self.moves.note(chat_id, int(new))
+        elif old := message.get("migrate_from_chat_id"):  # posted in the new one
+            await self.moves.note(int(old), chat_id)
 
     def _addressed(self, album: str) -> None:
         """Remember an album one part of which addressed the bot (see ALBUMS_KEPT)."""
@@ -119,14 +119,15 @@ class UpdateIntake:
         time: there a part before the captioned one is still ignored.)
         """
         for update in updates:
-            message = update.message
-            if message is None or message.media_group_id is None:
+            message = update.get("message")
+            if message is None or message.get("media_group_id") is None:
                 continue
-            if message.chat.type not in SHARED_CHAT_TYPES:
+            chat = message["chat"]
+            if chat["type"] not in SHARED_CHAT_TYPES:
                 continue
             with contextlib.suppress(Exception):  # take() logs it when it meets the update
                 result = to_inbound(
-                    update.update_id, message, self.rules, keyed_on=self.keyed_on(message.chat.id)
+                    update["update_id"], message, self.rules, keyed_on=self.keyed_on(chat["id"])
                 )
                 if isinstance(result, Inbound) and result.part_of is not None:
                     self._addressed(result.part_of)

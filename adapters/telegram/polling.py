@@ -15,17 +15,18 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from telegram import Bot, Update
+from telegram import Bot
 from telegram.error import Conflict, InvalidToken, RetryAfter, TelegramError
 from telegram.request import BaseRequest
 
 from bridge.ports import AdapterContext, SubmitStatus
 from bridge.store import StoreError
 
-from . import guard
+from . import buildable, guard
 from .api import BotApi
 from .calls import retry_seconds
 from .intake import ALLOWED_UPDATES
+from .update_json import Update
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class Polling:
             backoff = 1.0
             done, refused = await self._process_batch(updates)
             if done:
-                offset = done[-1].update_id + 1
+                offset = done[-1]["update_id"] + 1
                 self._save_offset(offset)
             if refused:
                 return  # shutting down: the offset stays, Telegram keeps the update
@@ -141,14 +142,15 @@ class Polling:
                 await asyncio.sleep(backoff)  # a failed write: fetched again after a pause
 
     async def _get_updates(self, offset: int | None) -> Sequence[Update]:
-        """One ``getUpdates`` batch, read as JSON and built one update at a time.
+        """One ``getUpdates`` batch, read as JSON and checked one update at a time.
 
-        Each update is checked as the webhook checks its body (:func:`guard.problem`) and
-        built by PTB once (:mod:`.api` says why not through ``Bot.get_updates``). Built as a
-        whole batch, one update PTB cannot build (a poll from a Bot API server newer than
-        PTB, say) failed the batch every time it was fetched again: polling stopped for
-        good. An update that cannot be built stands in as its bare id, passed by
-        ``_well_formed`` (logged and counted), so the offset moves on.
+        Each update is checked as the webhook checks its body (:func:`guard.problem`,
+        :func:`buildable.read`) and read as JSON (:mod:`.update_json`; :mod:`.api` says why
+        not through ``Bot.get_updates``). Built by PTB as a whole batch, one update PTB
+        cannot build (a poll from a Bot API server newer than PTB, say) failed the batch
+        every time it was fetched again: polling stopped for good. An update that cannot be
+        read stands in as its bare id, passed by ``_well_formed`` (logged and counted), so
+        the offset moves on.
         """
         timeout = self.ctx.settings.poll_timeout_s
         read_timeout = (self._updates_request.read_timeout or 0) + timeout
@@ -165,19 +167,16 @@ class Polling:
         ]
 
     def _built(self, data: dict[str, Any]) -> Update:
-        """The update PTB builds of ``data``, or its bare id noted as unreadable."""
+        """The update as the adapter reads it (:func:`buildable.read`), or its bare id noted
+        as unreadable."""
         problem = guard.problem(data)
         if problem is None:
             try:
-                update = Update.de_json(data, self._bot)
-            except Exception as exc:  # whatever PTB raises is the input's
+                return buildable.read(data, self._bot)
+            except buildable.Unreadable as exc:
                 problem = f"python-telegram-bot cannot read it ({exc})"
-            else:
-                if update is not None:
-                    return update
-                problem = "empty"
         self._unreadable[data["update_id"]] = problem
-        return Update(update_id=data["update_id"])
+        return {"update_id": data["update_id"]}
 
     async def _process_batch(self, updates: Sequence[Update]) -> tuple[list[Update], bool]:
         """Persist one ``getUpdates`` batch; the updates done in order, and whether refused.
@@ -214,7 +213,7 @@ class Polling:
                 if isinstance(outcome, RETRIED_FAILURES):
                     log.error(
                         "telegram: update %d not persisted (fetched again): %s",
-                        update.update_id,
+                        update["update_id"],
                         outcome,
                         exc_info=outcome,
                     )
@@ -222,7 +221,7 @@ class Polling:
                 if isinstance(outcome, BaseException):
                     log.error(
                         "telegram: update %d could not be handled; skipped: %s",
-                        update.update_id,
+                        update["update_id"],
                         outcome,
                         exc_info=outcome,
                     )
@@ -242,10 +241,10 @@ class Polling:
     def _well_formed(self, update: Update) -> bool:
         """The webhook's check (guard.problem) for a polled update: one it would refuse with
         a 400 (a lone surrogate no store can keep, say) is logged, counted and passed."""
-        problem = self._unreadable.pop(update.update_id, None)  # noted by _built
+        problem = self._unreadable.pop(update["update_id"], None)  # noted by _built
         if problem is None:
             return True
-        log.warning("telegram: polled update %d skipped: %s", update.update_id, problem)
+        log.warning("telegram: polled update %d skipped: %s", update["update_id"], problem)
         self.ctx.metrics.messages.labels("telegram", "malformed").inc()
         return False
 
@@ -281,7 +280,8 @@ class Polling:
 
 def _barrier(update: Update) -> bool:
     """Whether ``update`` is handled alone in a polled batch (see ``_process_batch``)."""
-    message = update.message
-    return update.callback_query is not None or (
-        message is not None and bool(message.migrate_to_chat_id or message.migrate_from_chat_id)
+    message = update.get("message")
+    return update.get("callback_query") is not None or (
+        message is not None
+        and bool(message.get("migrate_to_chat_id") or message.get("migrate_from_chat_id"))
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from telegram import Bot, CallbackQuery, Message
+from telegram import Bot
 from telegram.error import TelegramError
 
 from bridge.ports import AdapterContext, DeliveryError
@@ -27,6 +27,7 @@ from .beside import Beside
 from .inbound import Rules, display_name
 from .render import first_part
 from .surface import TelegramSurface
+from .update_json import CallbackQuery, Message
 
 log = logging.getLogger(__name__)
 
@@ -63,49 +64,49 @@ class CallbackPresses:
         A polled press's edit goes on in the background: the rest of its batch, every
         chat's messages, waited for it (up to the client's timeout on a slow Telegram).
         """
-        user = query.from_user
-        message = query.message
-        chat = message.chat if message is not None else None
+        query_id, user = query["id"], query["from"]
+        message = query.get("message")
+        chat = message["chat"] if message is not None else None
         text, alert = "", False
         pressed: tuple[Message, PressPlan] | None = None
         try:
             if not self.rules.user_allowed(
                 user,
-                chat.id if chat else None,
-                getattr(chat, "username", None),
-                self._keyed_on(chat.id) if chat else None,
+                chat["id"] if chat else None,
+                chat.get("username") if chat else None,
+                self._keyed_on(chat["id"]) if chat else None,
             ):
                 self.ctx.metrics.messages.labels("telegram", "denied").inc()
                 text, alert = NOT_ALLOWED_TEXT, True
-            elif query.data:
+            elif data := query.get("data"):
                 result = await self.ctx.gateway.press(
-                    query.data,
-                    str(user.id),
+                    data,
+                    str(user["id"]),
                     is_operator=self.rules.is_operator(user),
                     actor_name=display_name(user),
                 )
-                plan = press_plan(query.data, result)
+                plan = press_plan(data, result)
                 text, alert = plan.text, plan.refused  # always answered: the button spins
-                if isinstance(message, Message):
+                if message is not None:
                     pressed = (message, plan)
         except Exception:
-            log.exception("telegram: callback query %s failed", query.id)
+            log.exception("telegram: callback query %s failed", query_id)
             text, alert = PRESS_FAILED_TEXT, True
         finally:
             try:  # every callback query is answered, or the button spins
                 await self._bot.answer_callback_query(
-                    query.id, text=_toast(text) or None, show_alert=alert
+                    query_id, text=_toast(text) or None, show_alert=alert
                 )
             except TelegramError as exc:
                 log.info("telegram: answerCallbackQuery failed: %s", exc)
         if pressed is None:
             return
-        settle = self._settle_press(query.id, *pressed)
+        settle = self._settle_press(query_id, *pressed)
         if not self._polled:
             await settle  # only this update's 200 waits for it
             return
         # polled, the batch behind the press (every chat's messages) would wait for the edit
-        self._beside.run(settle, f"telegram-settle-{query.id}")
+        self._beside.run(settle, f"telegram-settle-{query_id}")
 
     async def _settle_press(self, query_id: str, message: Message, plan: PressPlan) -> None:
         try:
@@ -115,7 +116,7 @@ class CallbackPresses:
 
     async def _settle(self, message: Message, plan: PressPlan) -> None:
         """The pressed message as the press left it (:func:`bridge.presses.press_plan`)."""
-        chat, message_id = message.chat.id, message.message_id
+        chat, message_id = message["chat"]["id"], message["message_id"]
         try:
             if plan.change is MessageChange.EDIT and plan.resolved is not None:
                 await self._surface.edit_message(chat, message_id, plan.resolved)

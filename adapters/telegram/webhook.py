@@ -3,9 +3,9 @@ its registration with the Bot API (``setWebhook``, tried again until it holds).
 
 Thin around the intake, as slack-bolt's HTTP adapters are around their app: the secret
 header is checked before the body is read (:func:`bridge.http.server.gate_bodies`), the
-body's shape by :mod:`.guard`, then the update goes to the adapter's ``process``; the 200
-comes only once it is persisted, a refusal (the gateway stopping) is a 503 so Telegram
-delivers it again.
+body's shape by :mod:`.guard` and :mod:`.buildable`, then the update, as JSON, goes to the
+adapter's ``process``; the 200 comes only once it is persisted, a refusal (the gateway
+stopping) is a 503 so Telegram delivers it again.
 """
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from telegram import Bot, Update
+from telegram import Bot
 from telegram.error import TelegramError
 
 from bridge.http.server import gate_bodies
 from bridge.ports import AdapterContext, SubmitStatus
 
-from . import guard
+from . import buildable, guard
 from .intake import ALLOWED_UPDATES
+from .update_json import Update
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +129,8 @@ class Webhook:
             self.ctx.metrics.messages.labels("telegram", "malformed").inc()
             return web.Response(status=400, text=f"body is not a Telegram update: {problem}")
         try:
-            update = Update.de_json(data, self._bot)
-        except Exception as exc:  # a pure parse of checked input; whatever it raises is the input's
+            update = buildable.read(data, self._bot)
+        except buildable.Unreadable as exc:  # PTB would not build it
             return web.Response(status=400, text=f"body is not a Telegram update: {exc}")
         status = await self._process(update)
         if status is SubmitStatus.REFUSED:
