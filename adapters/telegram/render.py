@@ -55,8 +55,9 @@ def _entity(e: telegramify_markdown.MessageEntity) -> MessageEntity:
     )
 
 
-def _converted(markdown: str) -> tuple[str, list[TgEntity]]:
-    """``markdown`` (its line breaks "\n") as Telegram text and the entities it accepts."""
+def convert(markdown: str) -> tuple[str, list[TgEntity]]:
+    """``markdown`` (its line breaks "\n") as Telegram text and the entities it accepts: one
+    piece, not split, and empty where it shows nothing (an empty code block)."""
     image = RENDER_CONFIG.markdown_symbol.image
     source = broken_after_blocks(readable_links(literal_html(bare_urls(markdown)), image))
     text, entities = telegramify_markdown.convert(source, config=RENDER_CONFIG)
@@ -72,7 +73,7 @@ def _fitted(markdown: str, limit: int, room: int) -> list[tuple[str, list[TgEnti
     Markdown held) is split again with less room, and cut as text below ``MIN_ROOM``."""
     out: list[tuple[str, list[TgEntity]]] = []
     for piece in split_markdown(markdown, room, UTF16):
-        text, entities = _converted(piece)
+        text, entities = convert(piece)
         size = utf16_len(text)
         if size <= limit:
             out.append((text, entities))
@@ -87,7 +88,7 @@ def render(markdown: str, limit: int = MAX_MESSAGE) -> list[Part]:
     """Markdown as Telegram messages of at most ``limit`` UTF-16 units each: one when its
     rendering fits, else its Markdown split on its tree and each part rendered."""
     markdown = markdown.replace("\r\n", "\n").replace("\r", "\n")
-    text, entities = _converted(markdown)
+    text, entities = convert(markdown)
     if not text.strip():
         fallback = markdown.strip() or "…"
         return [Part(chunk, ()) for chunk in split_plain(fallback, limit)]
