@@ -22,10 +22,15 @@ the gateway with runs behind its intake is measured last, on its own, since its 
 for a long while after its rounds and would take CPU from any round measured meanwhile.
 Every ratio is of the means, against the bare handler's quiet rounds.
 
+``--baseline DIR``: also a held gateway of another checkout (e.g. a detached worktree of
+the commit before a change), run by this venv's Python, measured in the same quiet
+rotation: before and after under the same load, which a busy machine moves a lot.
+
 Everything it made (temp dir, the conversation's account as root) is removed at the end,
 also on failure or Ctrl-C. Prints one table.
 
     .venv/bin/python bench/bench_intake.py [--requests 4000] [--concurrency 32] [--load-s 5]
+        [--rounds 2] [--baseline DIR] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -86,14 +91,18 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
     bolt = start_bolt_alone(tmp, free_port(), api_url)
     gateway = start_gateway(tmp, free_port(), api_url, runner)
     held = start_gateway(tmp, free_port(), api_url, held_runner, "root-held")
+    servers = {"bare": bare, "bolt": bolt, "gateway": gateway, "held": held}
+    if args.baseline is not None:
+        servers["baseline"] = start_gateway(
+            tmp, free_port(), api_url, held_runner, "root-baseline", args.baseline
+        )
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=60)
-    servers = {"bare": bare, "bolt": bolt, "gateway": gateway, "held": held}
     results: dict[str, list[dict[str, float]]] = {key: [] for key in servers}
     loads: dict[str, dict[str, float]] = {}
     n = args.requests
     next_id = 0
-    sent = {"gateway": 0, "held": 0}
+    sent = {key: 0 for key in ("gateway", "held", "baseline") if key in servers}
 
     def batch(count: int, server: Server) -> list[tuple[bytes, dict[str, str]]]:
         nonlocal next_id
@@ -113,23 +122,21 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
 
     try:
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            await wait_ready(session, bare)
-            await wait_ready(session, bolt)
-            await wait_ready(session, gateway)
-            await wait_ready(session, held)
+            for server in servers.values():
+                await wait_ready(session, server)
             # Quiet first: the bare handler, bolt alone and the gateway whose run is held,
             # alternating; none of them does anything between requests. The gateway with
             # runs behind its intake goes on running them long after its own rounds (every
             # event is a run), so it comes last, alone: measured between the others, its
             # runs took CPU from their rounds (the baseline's included).
-            quiet = ("bare", "bolt", "held")
+            quiet = ("bare", "bolt", "held", "baseline")[: 4 if "baseline" in servers else 3]
             for key in quiet:  # warm-up: connections, bolt's auth.test, the account
                 server = servers[key]
                 await closed_loop(
                     session, server.url + "/slack/events", batch(300, server), args.concurrency
                 )
             profiler = py_spy(held.proc.pid, args.profile)
-            for _ in range(2):
+            for _ in range(args.rounds):
                 for key in quiet:
                     url = servers[key].url + "/slack/events"
                     reqs = batch(n, servers[key])
@@ -138,9 +145,11 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
                 profiler.wait(60)
             loads["held"] = await at_80_percent(session, "held")
+            if "baseline" in servers:
+                loads["baseline"] = await at_80_percent(session, "baseline")
             url = gateway.url + "/slack/events"
             await closed_loop(session, url, batch(300, gateway), args.concurrency)
-            for _ in range(2):
+            for _ in range(args.rounds):
                 results["gateway"].append(
                     await closed_loop(session, url, batch(n, gateway), args.concurrency)
                 )
@@ -150,7 +159,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
         for server in servers.values():
             server.stop()
         fake.stop()
-    stored = {"gateway": _stored(tmp / "root"), "held": _stored(tmp / "root-held")}
+    stored = {key: _stored(tmp / ("root" if key == "gateway" else f"root-{key}")) for key in sent}
 
     def mean(key: str, field: str) -> float:
         return sum(r[field] for r in results[key]) / len(results[key])
@@ -161,7 +170,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
         (
             "bare aiohttp handler (baseline), acks/s",
             f"{bare_rate:.0f}",
-            " / ".join(f"{r['rate']:.0f}" for r in results["bare"]) + " (two rounds)",
+            " / ".join(f"{r['rate']:.0f}" for r in results["bare"]) + " (its rounds)",
         ),
         (
             "  bare: ack latency p50 / p99",
@@ -175,10 +184,13 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
             + " / ".join(f"{r['rate']:.0f}" for r in results["bolt"]),
         ),
     ]
-    for key, title in (
+    measured = [
         ("held", "gateway /slack/events, intake alone (its run held)"),
         ("gateway", "gateway /slack/events, runs behind the intake"),
-    ):
+    ]
+    if "baseline" in servers:
+        measured.insert(1, ("baseline", f"baseline {args.baseline}, intake alone (run held)"))
+    for key, title in measured:
         rate = mean(key, "rate")
         ratio = rate / bare_rate
         load = loads[key]
@@ -210,6 +222,16 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
                 f"gateway RSS {rss[key] / 1024:.0f} MB",
             ),
         ]
+    if "baseline" in servers:
+        after, before = mean("held", "rate"), mean("baseline", "rate")
+        rows.append(
+            (
+                "intake alone: this tree / the baseline",
+                f"x{after / before:.2f}",
+                f"{after:.0f} vs {before:.0f} acks/s, rounds interleaved; p99 at 80% "
+                f"{loads['held']['p99'] * 1000:.1f} vs {loads['baseline']['p99'] * 1000:.1f} ms",
+            )
+        )
     return rows
 
 
@@ -219,6 +241,12 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=32, help="requests in flight")
     ap.add_argument("--load-s", type=float, default=5.0, help="seconds at 80%% load")
     ap.add_argument("--profile", type=Path, help="py-spy the gateway's timed rounds to FILE")
+    ap.add_argument("--rounds", type=int, default=2, help="closed-loop rounds per server")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="also measure a held gateway of the checkout at DIR, interleaved (same run)",
+    )
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on SIGTERM too
     load_start = os.getloadavg()
@@ -227,7 +255,8 @@ def main() -> int:
     try:
         rows = asyncio.run(run(args, tmp))
     finally:
-        removed = sum(remove_gateway_accounts(tmp / r) for r in ("root", "root-held"))
+        roots = ("root", "root-held", "root-baseline")
+        removed = sum(remove_gateway_accounts(tmp / r) for r in roots if (tmp / r).exists())
         shutil.rmtree(tmp, ignore_errors=True)
     load_end = os.getloadavg()
     rows.append(

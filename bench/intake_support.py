@@ -282,7 +282,16 @@ def start_fake_slack(tmp: Path) -> tuple[Server, str]:
     return Server("fake Slack API", proc, url), url + "/api/"
 
 
-def start_gateway(tmp: Path, port: int, api_url: str, runner: Path, root: str = "root") -> Server:
+def start_gateway(
+    tmp: Path,
+    port: int,
+    api_url: str,
+    runner: Path,
+    root: str = "root",
+    tree: Path | None = None,
+) -> Server:
+    """``jazz-bridge serve`` of this checkout, or of the checkout at ``tree`` (a baseline:
+    its packages first on the path, run by this venv's Python; its files left unwritten)."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "JAZZ_BRIDGE_ROOT": str(tmp / root),
@@ -297,15 +306,25 @@ def start_gateway(tmp: Path, port: int, api_url: str, runner: Path, root: str = 
         "JAZZ_BRIDGE_SLACK__ALLOW_EVERYONE": "true",
         "JAZZ_BRIDGE_WEB__ENABLED": "false",
         "JAZZ_BRIDGE_LOG__FILE": str(tmp / "gateway.log"),
+        # the client is one peer carrying every platform's load: at 256 in flight the open
+        # loop at 80% briefly has more under way than one real peer may (429)
+        "JAZZ_BRIDGE_SERVER__MAX_REQUESTS_PER_PEER": "100000",
+        "JAZZ_BRIDGE_SERVER__MAX_CONNECTIONS_PER_PEER": "0",
     }
+    argv = [str(JAZZ_BRIDGE), "serve"]
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        argv = [sys.executable, "-c", "import sys; from bridge.entry import main; sys.exit(main())"]
+        argv.append("serve")
     proc = subprocess.Popen(
-        [str(JAZZ_BRIDGE), "serve"],
+        argv,
         env=env,
         cwd=tmp,
         stdout=subprocess.DEVNULL,
-        stderr=open(tmp / "gateway.stderr", "wb"),  # noqa: SIM115 (closed with the process)
+        stderr=open(tmp / f"gateway-{root}.stderr", "wb"),  # noqa: SIM115 (closed with it)
     )
-    return Server("jazz-bridge serve", proc, f"http://127.0.0.1:{port}")
+    return Server(f"jazz-bridge serve ({root})", proc, f"http://127.0.0.1:{port}")
 
 
 def start_bare(tmp: Path, port: int) -> Server:
