@@ -58,6 +58,7 @@ from intake_support import (  # noqa: E402
     _stored,
     bodies,
     closed_loop,
+    cpu_s_of,
     free_port,
     open_loop,
     py_spy,
@@ -112,6 +113,14 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
             sent[key] += count if server is servers[key] else 0
         return out
 
+    async def timed_round(session: aiohttp.ClientSession, key: str) -> dict[str, float]:
+        """One closed-loop round of ``n`` requests, with the server's CPU per request."""
+        server = servers[key]
+        reqs = batch(n, server)
+        before = cpu_s_of(server.proc.pid)
+        result = await closed_loop(session, server.url + "/slack/events", reqs, args.concurrency)
+        return {**result, "cpu_per_ack": (cpu_s_of(server.proc.pid) - before) / n}
+
     async def at_80_percent(session: aiohttp.ClientSession, key: str) -> dict[str, float]:
         """Open loop at 80% of the mean of ``key``'s two closed-loop rounds."""
         top = sum(r["rate"] for r in results[key]) / len(results[key])
@@ -138,9 +147,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
             profiler = py_spy(held.proc.pid, args.profile)
             for _ in range(args.rounds):
                 for key in quiet:
-                    url = servers[key].url + "/slack/events"
-                    reqs = batch(n, servers[key])
-                    results[key].append(await closed_loop(session, url, reqs, args.concurrency))
+                    results[key].append(await timed_round(session, key))
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
                 profiler.wait(60)
@@ -150,9 +157,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
             url = gateway.url + "/slack/events"
             await closed_loop(session, url, batch(300, gateway), args.concurrency)
             for _ in range(args.rounds):
-                results["gateway"].append(
-                    await closed_loop(session, url, batch(n, gateway), args.concurrency)
-                )
+                results["gateway"].append(await timed_round(session, "gateway"))
             loads["gateway"] = await at_80_percent(session, "gateway")
             rss = {key: _rss_kb(servers[key].proc.pid) for key in sent}
     finally:
@@ -203,6 +208,13 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
                 "rounds " + " / ".join(f"{r['rate']:.0f}" for r in results[key]),
             ),
             (
+                "  its CPU per ack (all threads)",
+                f"{mean(key, 'cpu_per_ack') * 1e6:.0f} us",
+                "rounds "
+                + " / ".join(f"{r['cpu_per_ack'] * 1e6:.0f}" for r in results[key])
+                + f" us; the bare handler {mean('bare', 'cpu_per_ack') * 1e6:.0f} us",
+            ),
+            (
                 "  ack latency p50 / p99 at its max",
                 f"{mean(key, 'p50') * 1000:.1f} / {mean(key, 'p99') * 1000:.1f} ms",
                 f"{args.concurrency} in flight (closed loop: latency = concurrency / rate)",
@@ -228,7 +240,9 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
             (
                 "intake alone: this tree / the baseline",
                 f"x{after / before:.2f}",
-                f"{after:.0f} vs {before:.0f} acks/s, rounds interleaved; p99 at 80% "
+                f"{after:.0f} vs {before:.0f} acks/s, rounds interleaved; CPU per ack "
+                f"{mean('held', 'cpu_per_ack') * 1e6:.0f} vs "
+                f"{mean('baseline', 'cpu_per_ack') * 1e6:.0f} us; p99 at 80% "
                 f"{loads['held']['p99'] * 1000:.1f} vs {loads['baseline']['p99'] * 1000:.1f} ms",
             )
         )

@@ -379,6 +379,14 @@ def top_frames(raw: Path, n: int = 20) -> str:
     return "\n".join(f"{c / max(total, 1):6.1%}  {f}" for f, c in top)
 
 
+def cpu_s_of(pid: int) -> float:
+    """CPU seconds ``pid`` has used, all its threads (/proc stat utime + stime): what a
+    round cost it, which a loaded machine moves much less than the rate it reached."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()  # after the command name, from field 3 on
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
+
+
 def _rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
