@@ -149,8 +149,9 @@ class SqliteCore(Store):
         transaction per write made intake as slow as the disk's flush (about 100 a second on
         a busy disk), and a turn makes several (the run started, its outcome and replies,
         each reply sent). Each write runs in a savepoint of its own (one that fails fails
-        alone); its caller hears back only after the COMMIT that holds it returned, so
-        nothing is acknowledged before it is on disk.
+        alone), or with the batchable writes next to it in one (a :class:`Batchable`: if the
+        batch fails, each is made again alone); its caller hears back only after the COMMIT
+        that holds it returned, so nothing is acknowledged before it is on disk.
 
         ``soon``: the write does not start a commit of its own; it joins the next other
         write's, or after ``SOON_S`` commits alone (and at close). For a write whose caller
