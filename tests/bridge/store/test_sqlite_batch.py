@@ -9,10 +9,14 @@ batch is really what made it (the statements traced on the store's own connectio
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from store_support import inbound
 
 from bridge.model import Inbound, InboxState
@@ -130,3 +134,84 @@ async def test_a_batched_record_is_what_reading_it_back_gives(sqlite_store: Sqli
         assert new
         assert await sqlite_store.get_message(record.id) == record
         assert record.state is InboxState.ACCEPTED
+
+
+# One accept: (event id, thread, target, is_command); a small pool of each, so duplicates
+# (of one earlier in the burst, and of one stored before it) and shared threads are common.
+accepts = st.lists(
+    st.tuples(
+        st.sampled_from(["e1", "e2", "e3", "e4", "e5", "e6"]),
+        st.sampled_from(["slack:T1:C1:1.0", "slack:T1:C2:1.0", "telegram:b:7"]),
+        st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 3), max_size=2),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=24,
+)
+
+
+def _events(spec: list[tuple[str, str, dict[str, int], bool]]) -> list[tuple[Inbound, bool]]:
+    """The accepts ``spec`` describes, each with its is_command."""
+    at = 1_700_000_000.0
+    return [
+        (
+            inbound(
+                event,
+                platform=thread.partition(":")[0],
+                thread_key=thread,
+                target=dict(target),
+                text=f"m{i}",
+                received_at=at + i,
+            ),
+            is_command,
+        )
+        for i, (event, thread, target, is_command) in enumerate(spec)
+    ]
+
+
+async def _outcome(
+    path: Path,
+    before: list[tuple[Inbound, bool]],
+    burst: list[tuple[Inbound, bool]],
+    *,
+    together: bool,
+) -> tuple[list[object], list[object]]:
+    """``before`` accepted one by one, then ``burst`` all at once (``together``) or one by
+    one; every answer of the burst and every conversation (less its times)."""
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        for event, is_command in before:
+            await store.accept(event, home=f"h-{event.thread_key}", is_command=is_command)
+        calls = [
+            store.accept(e, home=f"h-{e.thread_key}-{i}", is_command=c)
+            for i, (e, c) in enumerate(burst)
+        ]
+        # all in flight at once (one commit, batched), or each awaited before the next
+        answers = list(await asyncio.gather(*calls)) if together else [await c for c in calls]
+        made = await store.conversations()
+        # Conversation ids by rank: one by one, an accept into an existing conversation
+        # (an upsert that updates) still uses up an AUTOINCREMENT id, a batch upserts each
+        # thread once. Ids only promise to grow in the order rows were written.
+        rank = {c.id: i for i, c in enumerate(sorted(made, key=lambda c: c.id))}
+        answers = [
+            (dataclasses.replace(r, conversation_id=rank[r.conversation_id]), new)
+            for r, new in answers
+        ]
+        conversations = [(rank[c.id], c.thread_key, c.home, c.epoch, c.target) for c in made]
+        return answers, conversations
+    finally:
+        await store.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(before=accepts, burst=accepts)
+def test_a_burst_answers_and_stores_as_the_same_accepts_made_one_by_one(
+    before: list[tuple[str, str, dict[str, int], bool]],
+    burst: list[tuple[str, str, dict[str, int], bool]],
+) -> None:
+    first, then = _events(before), _events(burst)
+    with tempfile.TemporaryDirectory() as tmp:
+        batched = asyncio.run(_outcome(Path(tmp) / "a.db", first, then, together=True))
+        one_by_one = asyncio.run(_outcome(Path(tmp) / "b.db", first, then, together=False))
+    assert batched == one_by_one
