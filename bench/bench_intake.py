@@ -22,10 +22,15 @@ the gateway with runs behind its intake is measured last, on its own, since its 
 for a long while after its rounds and would take CPU from any round measured meanwhile.
 Every ratio is of the means, against the bare handler's quiet rounds.
 
+``--baseline DIR``: also a held gateway of another checkout (e.g. a detached worktree of
+the commit before a change), run by this venv's Python, measured in the same quiet
+rotation: before and after under the same load, which a busy machine moves a lot.
+
 Everything it made (temp dir, the conversation's account as root) is removed at the end,
 also on failure or Ctrl-C. Prints one table.
 
     .venv/bin/python bench/bench_intake.py [--requests 4000] [--concurrency 32] [--load-s 5]
+        [--rounds 2] [--baseline DIR] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from intake_support import (  # noqa: E402
     _stored,
     bodies,
     closed_loop,
+    cpu_s_of,
     free_port,
     open_loop,
     py_spy,
@@ -86,14 +92,18 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
     bolt = start_bolt_alone(tmp, free_port(), api_url)
     gateway = start_gateway(tmp, free_port(), api_url, runner)
     held = start_gateway(tmp, free_port(), api_url, held_runner, "root-held")
+    servers = {"bare": bare, "bolt": bolt, "gateway": gateway, "held": held}
+    if args.baseline is not None:
+        servers["baseline"] = start_gateway(
+            tmp, free_port(), api_url, held_runner, "root-baseline", args.baseline
+        )
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=60)
-    servers = {"bare": bare, "bolt": bolt, "gateway": gateway, "held": held}
     results: dict[str, list[dict[str, float]]] = {key: [] for key in servers}
     loads: dict[str, dict[str, float]] = {}
     n = args.requests
     next_id = 0
-    sent = {"gateway": 0, "held": 0}
+    sent = {key: 0 for key in ("gateway", "held", "baseline") if key in servers}
 
     def batch(count: int, server: Server) -> list[tuple[bytes, dict[str, str]]]:
         nonlocal next_id
@@ -102,6 +112,14 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
         for key in sent:
             sent[key] += count if server is servers[key] else 0
         return out
+
+    async def timed_round(session: aiohttp.ClientSession, key: str) -> dict[str, float]:
+        """One closed-loop round of ``n`` requests, with the server's CPU per request."""
+        server = servers[key]
+        reqs = batch(n, server)
+        before = cpu_s_of(server.proc.pid)
+        result = await closed_loop(session, server.url + "/slack/events", reqs, args.concurrency)
+        return {**result, "cpu_per_ack": (cpu_s_of(server.proc.pid) - before) / n}
 
     async def at_80_percent(session: aiohttp.ClientSession, key: str) -> dict[str, float]:
         """Open loop at 80% of the mean of ``key``'s two closed-loop rounds."""
@@ -113,44 +131,40 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
 
     try:
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            await wait_ready(session, bare)
-            await wait_ready(session, bolt)
-            await wait_ready(session, gateway)
-            await wait_ready(session, held)
+            for server in servers.values():
+                await wait_ready(session, server)
             # Quiet first: the bare handler, bolt alone and the gateway whose run is held,
             # alternating; none of them does anything between requests. The gateway with
             # runs behind its intake goes on running them long after its own rounds (every
             # event is a run), so it comes last, alone: measured between the others, its
             # runs took CPU from their rounds (the baseline's included).
-            quiet = ("bare", "bolt", "held")
+            quiet = ("bare", "bolt", "held", "baseline")[: 4 if "baseline" in servers else 3]
             for key in quiet:  # warm-up: connections, bolt's auth.test, the account
                 server = servers[key]
                 await closed_loop(
                     session, server.url + "/slack/events", batch(300, server), args.concurrency
                 )
             profiler = py_spy(held.proc.pid, args.profile)
-            for _ in range(2):
+            for _ in range(args.rounds):
                 for key in quiet:
-                    url = servers[key].url + "/slack/events"
-                    reqs = batch(n, servers[key])
-                    results[key].append(await closed_loop(session, url, reqs, args.concurrency))
+                    results[key].append(await timed_round(session, key))
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
                 profiler.wait(60)
             loads["held"] = await at_80_percent(session, "held")
+            if "baseline" in servers:
+                loads["baseline"] = await at_80_percent(session, "baseline")
             url = gateway.url + "/slack/events"
             await closed_loop(session, url, batch(300, gateway), args.concurrency)
-            for _ in range(2):
-                results["gateway"].append(
-                    await closed_loop(session, url, batch(n, gateway), args.concurrency)
-                )
+            for _ in range(args.rounds):
+                results["gateway"].append(await timed_round(session, "gateway"))
             loads["gateway"] = await at_80_percent(session, "gateway")
             rss = {key: _rss_kb(servers[key].proc.pid) for key in sent}
     finally:
         for server in servers.values():
             server.stop()
         fake.stop()
-    stored = {"gateway": _stored(tmp / "root"), "held": _stored(tmp / "root-held")}
+    stored = {key: _stored(tmp / ("root" if key == "gateway" else f"root-{key}")) for key in sent}
 
     def mean(key: str, field: str) -> float:
         return sum(r[field] for r in results[key]) / len(results[key])
@@ -161,7 +175,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
         (
             "bare aiohttp handler (baseline), acks/s",
             f"{bare_rate:.0f}",
-            " / ".join(f"{r['rate']:.0f}" for r in results["bare"]) + " (two rounds)",
+            " / ".join(f"{r['rate']:.0f}" for r in results["bare"]) + " (its rounds)",
         ),
         (
             "  bare: ack latency p50 / p99",
@@ -175,10 +189,13 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
             + " / ".join(f"{r['rate']:.0f}" for r in results["bolt"]),
         ),
     ]
-    for key, title in (
+    measured = [
         ("held", "gateway /slack/events, intake alone (its run held)"),
         ("gateway", "gateway /slack/events, runs behind the intake"),
-    ):
+    ]
+    if "baseline" in servers:
+        measured.insert(1, ("baseline", f"baseline {args.baseline}, intake alone (run held)"))
+    for key, title in measured:
         rate = mean(key, "rate")
         ratio = rate / bare_rate
         load = loads[key]
@@ -189,6 +206,13 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
                 f"x{ratio:.2f} of the bare handler (aim >= 0.5: "
                 f"{'met' if ratio >= 0.5 else 'MISSED'}); x{rate / bolt_rate:.2f} of bolt alone; "
                 "rounds " + " / ".join(f"{r['rate']:.0f}" for r in results[key]),
+            ),
+            (
+                "  its CPU per ack (all threads)",
+                f"{mean(key, 'cpu_per_ack') * 1e6:.0f} us",
+                "rounds "
+                + " / ".join(f"{r['cpu_per_ack'] * 1e6:.0f}" for r in results[key])
+                + f" us; the bare handler {mean('bare', 'cpu_per_ack') * 1e6:.0f} us",
             ),
             (
                 "  ack latency p50 / p99 at its max",
@@ -210,6 +234,18 @@ async def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str, str]]
                 f"gateway RSS {rss[key] / 1024:.0f} MB",
             ),
         ]
+    if "baseline" in servers:
+        after, before = mean("held", "rate"), mean("baseline", "rate")
+        rows.append(
+            (
+                "intake alone: this tree / the baseline",
+                f"x{after / before:.2f}",
+                f"{after:.0f} vs {before:.0f} acks/s, rounds interleaved; CPU per ack "
+                f"{mean('held', 'cpu_per_ack') * 1e6:.0f} vs "
+                f"{mean('baseline', 'cpu_per_ack') * 1e6:.0f} us; p99 at 80% "
+                f"{loads['held']['p99'] * 1000:.1f} vs {loads['baseline']['p99'] * 1000:.1f} ms",
+            )
+        )
     return rows
 
 
@@ -219,6 +255,12 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=32, help="requests in flight")
     ap.add_argument("--load-s", type=float, default=5.0, help="seconds at 80%% load")
     ap.add_argument("--profile", type=Path, help="py-spy the gateway's timed rounds to FILE")
+    ap.add_argument("--rounds", type=int, default=2, help="closed-loop rounds per server")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="also measure a held gateway of the checkout at DIR, interleaved (same run)",
+    )
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on SIGTERM too
     load_start = os.getloadavg()
@@ -227,7 +269,8 @@ def main() -> int:
     try:
         rows = asyncio.run(run(args, tmp))
     finally:
-        removed = sum(remove_gateway_accounts(tmp / r) for r in ("root", "root-held"))
+        roots = ("root", "root-held", "root-baseline")
+        removed = sum(remove_gateway_accounts(tmp / r) for r in roots if (tmp / r).exists())
         shutil.rmtree(tmp, ignore_errors=True)
     load_end = os.getloadavg()
     rows.append(

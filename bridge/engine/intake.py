@@ -62,9 +62,9 @@ class Intake(Turns):
             inbound, home=home, is_command=bool(command), starts_epoch=starts_epoch
         )
         if not created:
-            self.metrics.messages.labels(inbound.platform, "duplicate").inc()
+            self.metrics.count_message(inbound.platform, "duplicate")
             return SubmitResult(SubmitStatus.DUPLICATE, record.id)
-        self.metrics.messages.labels(inbound.platform, "accepted").inc()
+        self.metrics.count_message(inbound.platform, "accepted")
         self.deliverer.reachable(record.conversation_id)  # it wrote: it can be answered
         remember(self._home_names, record.conversation_id, home)
         if self.started:

@@ -134,7 +134,10 @@ def build_app(
     async def read_body(request: web.Request) -> web.StreamResponse | None:
         """Read the body within ``HTTP_BODY_TIMEOUT_S`` (handlers get it from memory), once
         its gate let it and there is room for it; a refusal, or None (the room is held
-        until the request is answered: call ``admission.give_back`` then)."""
+        until the request is answered: call ``admission.give_back`` then).
+
+        A body already whole (a platform's event is one packet with its headers) is read
+        without the timeout: arming and cancelling it was ~5% of the intake's CPU."""
         path = request.path
         for prefix, gate in request.app[BODY_GATES]:
             if path.startswith(prefix):
@@ -165,8 +168,11 @@ def build_app(
         if streaming:
             return None
         try:
-            async with asyncio.timeout(HTTP_BODY_TIMEOUT_S):  # no task per request
+            if request.content.is_eof():  # all of it came with the headers: no wait
                 await request.read()
+            else:
+                async with asyncio.timeout(HTTP_BODY_TIMEOUT_S):  # no task per request
+                    await request.read()
         except TimeoutError:
             log.warning("%s %s: body not received in time", request.method, path)
             text = f"the request body did not arrive within {HTTP_BODY_TIMEOUT_S:.0f}s"

@@ -9,7 +9,9 @@ cancelled, a job the worker already started still runs to the end (one still que
 be dropped): either way a transaction is committed or rolled back whole, never half.
 
 :class:`SqliteCore` is the base the store's parts (intake, runs, replies...) are built on:
-they read with :meth:`SqliteCore._call` and write with :meth:`SqliteCore._tx`.
+they read with :meth:`SqliteCore._call` and write with :meth:`SqliteCore._tx`. A write that
+is a :class:`Batchable` (an accept) may be made together with its neighbours of one commit
+in one set of statements (see :meth:`SqliteCore._group_on_worker`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import asyncio
 import functools
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from provisioning.modes import STATE_FILE_MODE
 
@@ -33,6 +35,61 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SOON_S = 0.05  # how long a ``soon`` write waits for another write to share its commit
+MAX_BATCH = 64  # writes made as one set of statements at most (their statements' size)
+
+Write = Callable[[sqlite3.Connection], Any]
+Outcome = tuple[bool, Any]  # (True, what the write returned) or (False, why it failed)
+
+
+class Batchable(Generic[T]):
+    """A write that may be made together with its neighbours of the same class.
+
+    Called alone (``write(conn)``) it is one write, as any other. A commit holding several
+    in a row makes them with :meth:`many` instead: for an accept, one dedupe lookup, one
+    conversation upsert and one multi-row insert for the lot, where each alone cost a
+    savepoint and five statements on the store's thread, holding the GIL the event loop
+    needs for the requests (issue 23). The batch is undone as a whole if it fails.
+
+    A plain base class, not an ABC: every write of a commit is asked ``isinstance``, and an
+    ABC answers that in Python.
+    """
+
+    max_batch: ClassVar[int] = MAX_BATCH
+
+    @property
+    def batchable(self) -> bool:
+        """False for a write of this class that must be made alone (an accept's ``/new``)."""
+        return True
+
+    def __call__(self, conn: sqlite3.Connection) -> T:
+        """The write alone (also the fallback when :meth:`many` failed)."""
+        raise NotImplementedError
+
+    @classmethod
+    def many(cls, conn: sqlite3.Connection, writes: Sequence[Any]) -> list[T]:
+        """``writes`` (of this class, in order; each batchable, or just one) made as each
+        alone would have been made, one after the other; their answers in that order.
+        Raising undoes them all, and each is then made alone (a bad one fails by itself)."""
+        raise NotImplementedError
+
+
+def batches(fns: Sequence[Write]) -> Iterator[Sequence[Write]]:
+    """``fns`` in order, as runs to make together: consecutive batchable writes of one
+    class (at most its ``max_batch``), every other write a run of its own."""
+    i = 0
+    while i < len(fns):
+        end = i + 1
+        first = fns[i]
+        if isinstance(first, Batchable) and first.batchable:
+            while end < len(fns) and end - i < first.max_batch and _joins(first, fns[end]):
+                end += 1
+        yield fns[i:end]
+        i = end
+
+
+def _joins(first: Batchable[Any], fn: Write) -> bool:
+    """``fn`` may be made in one batch with ``first``: a batchable write of its class."""
+    return type(fn) is type(first) and isinstance(fn, Batchable) and fn.batchable
 
 
 class SqliteCore(Store):
@@ -92,8 +149,9 @@ class SqliteCore(Store):
         transaction per write made intake as slow as the disk's flush (about 100 a second on
         a busy disk), and a turn makes several (the run started, its outcome and replies,
         each reply sent). Each write runs in a savepoint of its own (one that fails fails
-        alone); its caller hears back only after the COMMIT that holds it returned, so
-        nothing is acknowledged before it is on disk.
+        alone), or with the batchable writes next to it in one (a :class:`Batchable`: if the
+        batch fails, each is made again alone); its caller hears back only after the COMMIT
+        that holds it returned, so nothing is acknowledged before it is on disk.
 
         ``soon``: the write does not start a commit of its own; it joins the next other
         write's, or after ``SOON_S`` commits alone (and at close). For a write whose caller
@@ -155,23 +213,17 @@ class SqliteCore(Store):
                 else:
                     future.set_exception(value)
 
-    def _group_on_worker(
-        self, conn: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], Any]]
-    ) -> list[tuple[bool, Any]]:
-        outcomes: list[tuple[bool, Any]] = []
+    def _group_on_worker(self, conn: sqlite3.Connection, fns: list[Write]) -> list[Outcome]:
+        """One transaction for ``fns``: each write in a savepoint of its own, or consecutive
+        batchable ones in one for the run (see :func:`batches`); then the COMMIT."""
+        outcomes: list[Outcome] = []
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for fn in fns:
-                conn.execute("SAVEPOINT one_write")
-                try:
-                    outcomes.append((True, fn(conn)))
-                except sqlite3.Error as exc:
-                    conn.execute("ROLLBACK TO one_write")
-                    outcomes.append((False, self._store_error(exc)))
-                except Exception as exc:  # the write's own refusal: undone, and its alone
-                    conn.execute("ROLLBACK TO one_write")
-                    outcomes.append((False, exc))
-                conn.execute("RELEASE one_write")
+            for run in batches(fns):
+                if len(run) == 1:
+                    outcomes.append(self._one_on_worker(conn, run[0]))
+                else:
+                    outcomes += self._batch_on_worker(conn, run)
             conn.execute("COMMIT")
             self.stats.commits += 1
             self.stats.writes += len(fns)
@@ -183,6 +235,37 @@ class SqliteCore(Store):
                     log.exception("store %s: rollback failed", self.path)
             raise
         return outcomes
+
+    def _one_on_worker(self, conn: sqlite3.Connection, fn: Write) -> Outcome:
+        """``fn`` in a savepoint: one that fails is undone, and fails alone."""
+        conn.execute("SAVEPOINT one_write")
+        try:
+            outcome: Outcome = (True, fn(conn))
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK TO one_write")
+            outcome = (False, self._store_error(exc))
+        except Exception as exc:  # the write's own refusal: undone, and its alone
+            conn.execute("ROLLBACK TO one_write")
+            outcome = (False, exc)
+        conn.execute("RELEASE one_write")
+        return outcome
+
+    def _batch_on_worker(self, conn: sqlite3.Connection, run: Sequence[Write]) -> list[Outcome]:
+        """``run`` (batchable writes of one class) made together in one savepoint; if that
+        fails for any reason, it is undone and each write is made alone, so the others
+        still land and the one at fault gets its own error, as without batching."""
+        kind = type(run[0])
+        assert issubclass(kind, Batchable)
+        conn.execute("SAVEPOINT batch")
+        try:
+            values = kind.many(conn, run)
+        except Exception:
+            conn.execute("ROLLBACK TO batch")
+            conn.execute("RELEASE batch")
+            log.debug("store %s: a batch of %d failed; each is made alone", self.path, len(run))
+            return [self._one_on_worker(conn, fn) for fn in run]
+        conn.execute("RELEASE batch")
+        return [(True, value) for value in values]
 
     # -- open / close -------------------------------------------------------------------------
     async def open(self) -> None:

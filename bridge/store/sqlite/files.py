@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database
 BUSY_TIMEOUT_MS = 5000
+STATEMENT_CACHE = 512  # prepared statements kept by the connection (default 128)
 STATE_DIR_MODE = 0o750  # a missing parent directory: never world-readable either
 SIDE_SUFFIXES = ("-wal", "-shm")  # SQLite's files beside the database in WAL mode
 
@@ -125,6 +126,9 @@ class DatabaseFile:
             isolation_level=None,
             timeout=BUSY_TIMEOUT_MS / 1000,
             check_same_thread=True,
+            # a batch of accepts has statements of its own size (up to MAX_BATCH rows): room
+            # for all of them beside the store's others, so none is prepared again per batch
+            cached_statements=STATEMENT_CACHE,
         )
         try:
             conn.row_factory = sqlite3.Row

@@ -11,6 +11,7 @@ commit of those before it answers, never answer StoreUnavailable for one that la
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
@@ -82,6 +83,27 @@ async def test_accept_made_again_returns_the_message_it_stored(store: Store) -> 
     )
     assert first[1] and not second[1]
     assert second[0] == first[0]
+
+
+async def test_a_burst_of_accepts_made_again_returns_the_messages_it_stored(
+    store: Store,
+) -> None:
+    """Accepts in flight together (one batch, where a backend batches them), a duplicate
+    among them, retried together as after an ambiguous commit of the lot: each message
+    stored once, and every repeat answers "already there" with the record stored first."""
+    await accepted(store, "stored")
+    events = [inbound("a"), inbound("b"), inbound("a"), inbound("stored"), inbound("c")]
+
+    async def burst() -> list[tuple[MessageRecord, bool]]:
+        return list(
+            await asyncio.gather(*(store.accept(e, home="h", is_command=False) for e in events))
+        )
+
+    first, second = await made_twice(store, burst)
+    assert [new for _, new in first] == [True, True, False, False, True]
+    assert not any(new for _, new in second)
+    assert [rec for rec, _ in second] == [rec for rec, _ in first]
+    assert len(await store.messages_in_state(InboxState.ACCEPTED)) == 4
 
 
 async def test_complete_message_made_again_records_nothing_more(store: Store) -> None:

@@ -10,9 +10,10 @@ from store_support import inbound
 
 from bridge.model import (
     Attachment,
+    Inbound,
     InboxState,
 )
-from bridge.store import Store
+from bridge.store import MessageRecord, Store, StoreError
 
 
 async def test_accept_and_duplicate_event_id(store: Store) -> None:
@@ -93,3 +94,102 @@ async def test_where_a_messages_files_were_saved_is_recorded_and_in_its_transcri
     assert got is not None and got.attachments == saved
     (line,) = await store.transcript(rec.thread_key)
     assert line.role == "user" and line.attachments == saved
+
+
+# -- accepts in flight together (a backend may make them as one batch) -----------------------
+
+
+async def accept_all(store: Store, events: list[Inbound]) -> list[tuple[MessageRecord, bool]]:
+    """Every event's accept in flight at once, as a burst of requests makes them."""
+    return list(
+        await asyncio.gather(*(store.accept(e, home="h", is_command=False) for e in events))
+    )
+
+
+async def test_a_duplicate_inside_one_burst_is_the_earlier_message(store: Store) -> None:
+    results = await accept_all(
+        store,
+        [
+            inbound("ev1", text="first"),
+            inbound("ev2"),
+            inbound("ev1", text="again", target={"other": 1}),
+            inbound("ev3"),
+        ],
+    )
+    assert [new for _, new in results] == [True, True, False, True]
+    assert results[2][0] == results[0][0]  # the stored one, not the repeat's text
+    assert results[0][0].text == "first"
+    ids = [rec.id for rec, _ in results]
+    assert ids[0] < ids[1] < ids[3]  # ids grow in the order the accepts were made
+    stored = await store.messages_in_state(InboxState.ACCEPTED)
+    assert [m.event_id for m in stored] == ["ev1", "ev2", "ev3"]
+    conv = await store.conversation(results[0][0].conversation_id)
+    assert conv is not None and conv.target == {"channel": "C1", "thread_ts": "1.0"}
+
+
+async def test_a_duplicate_of_a_stored_event_in_a_burst_changes_nothing(store: Store) -> None:
+    old, _ = await store.accept(
+        inbound("old", thread_key="slack:T1:C9:9.0", target={"channel": "C9"}),
+        home="h9",
+        is_command=False,
+    )
+    before = await store.conversation(old.conversation_id)
+    results = await accept_all(
+        store,
+        [
+            inbound("ev1"),
+            inbound("old", text="changed", thread_key="slack:T1:C9:9.0", target={"x": 1}),
+            inbound("ev2"),
+        ],
+    )
+    assert [new for _, new in results] == [True, False, True]
+    assert results[1][0] == old
+    assert await store.conversation(old.conversation_id) == before  # not even touched
+    assert len(await store.messages_in_state(InboxState.ACCEPTED)) == 3
+
+
+async def test_a_burst_over_several_conversations_keeps_each_home_and_last_target(
+    store: Store,
+) -> None:
+    events = [
+        inbound(f"ev{i}", thread_key=f"slack:T1:C{i % 3}:1.0", target={"n": i}) for i in range(9)
+    ]
+    results = await asyncio.gather(
+        *(store.accept(e, home=f"home-{i}", is_command=i == 4) for i, e in enumerate(events))
+    )
+    assert all(new for _, new in results)
+    assert [rec.is_command for rec, _ in results] == [i == 4 for i in range(9)]
+    for c in range(3):
+        conv = await store.conversation_by_key(f"slack:T1:C{c}:1.0")
+        assert conv is not None
+        assert conv.home == f"home-{c}"  # its first message's
+        assert conv.target == {"n": 6 + c}  # its last message's
+        assert {rec.conversation_id for rec, _ in results[c::3]} == {conv.id}
+
+
+async def test_a_new_conversation_in_a_burst_holds_what_comes_after_it(store: Store) -> None:
+    a, _ = await store.accept(inbound("ev0"), home="h", is_command=False)
+    results = await asyncio.gather(
+        store.accept(inbound("ev1"), home="h", is_command=False),
+        store.accept(inbound("new", text="/new"), home="h", is_command=True, starts_epoch=True),
+        store.accept(inbound("ev2"), home="h", is_command=False),
+    )
+    assert [rec.starts_epoch for rec, _ in results] == [False, True, False]
+    conv = await store.conversation(a.conversation_id)
+    assert conv is not None and conv.epoch == 2  # bumped once, by the /new alone
+
+
+async def test_a_bad_accept_in_a_burst_fails_alone(store: Store) -> None:
+    good = [inbound(f"g{i}") for i in range(6)]
+    results = await asyncio.gather(
+        *(store.accept(e, home="h", is_command=False) for e in good[:3]),
+        store.accept(inbound("bad", thread_key="slack:T1:C7:1.0"), home=None, is_command=False),  # type: ignore[arg-type]
+        *(store.accept(e, home="h", is_command=False) for e in good[3:]),
+        return_exceptions=True,
+    )
+    assert isinstance(results[3], StoreError), results[3]
+    assert "null" in str(results[3]).lower()  # its own reason: the home it lacked
+    assert all(isinstance(r, tuple) and r[1] for i, r in enumerate(results) if i != 3)
+    stored = await store.messages_in_state(InboxState.ACCEPTED)
+    assert [m.event_id for m in stored] == [f"g{i}" for i in range(6)]
+    assert await store.conversation_by_key("slack:T1:C7:1.0") is None  # undone with it
