@@ -74,6 +74,10 @@ def gateway_env(root: Path, argv: list[str], level: int, per: int, uids: tuple[i
         "JAZZ_BRIDGE_PROGRESS__FIRST_AFTER_S": "3600",
         "JAZZ_BRIDGE_ACCOUNTS__UID_MIN": str(uids[0]),
         "JAZZ_BRIDGE_ACCOUNTS__UID_MAX": str(uids[1]),
+        # one bench "person" starts every conversation: the daily cap on new ones is a
+        # person's, not the benchmark's (50 would refuse the rest and the bench time out)
+        "JAZZ_BRIDGE_ACCOUNTS__NEW_PER_USER_PER_DAY": "0",
+        "JAZZ_BRIDGE_ACCOUNTS__NEW_PER_TEAM_PER_DAY": "0",
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
     }
     return env
