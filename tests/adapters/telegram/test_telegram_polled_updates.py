@@ -17,6 +17,7 @@ import pytest
 from tg_support import (
     ADA,
     BOT,
+    OLD_SERVER_POLL,
     FakeBotApi,
     polling,
     private_chat,
@@ -77,16 +78,7 @@ def old_server_poll(update_id: int) -> dict[str, Any]:
         "from": {"id": ADA, "is_bot": False, "first_name": "Ada"},
         "chat": private_chat(ADA),
         "date": 1764669660,
-        "poll": {
-            "id": "p1",
-            "question": "Lunch where?",
-            "options": [{"text": "Thai", "voter_count": 0}],
-            "total_voter_count": 0,
-            "is_closed": False,
-            "is_anonymous": True,
-            "type": "regular",
-            "allows_multiple_answers": False,
-        },
+        "poll": copy.deepcopy(OLD_SERVER_POLL),
     }
     return {"update_id": update_id, "message": message}
 

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from telegram import Message as PtbMessage
 from telegram import Update as PtbUpdate
+from tg_support import OLD_SERVER_POLL
 
 from adapters.telegram import buildable, guard
 from adapters.telegram.buildable import Kind, Leaf, Many, Spec, Unreadable, read, vouched
@@ -99,16 +100,7 @@ def test_a_vouched_update_is_read_as_it_came_and_left_untouched() -> None:
 
 
 def old_server_poll() -> dict[str, Any]:
-    poll = {
-        "id": "p1",
-        "question": "Lunch where?",
-        "options": [{"text": "Thai", "voter_count": 0}],
-        "total_voter_count": 0,
-        "is_closed": False,
-        "is_anonymous": True,
-        "type": "regular",
-        "allows_multiple_answers": False,
-    }
+    poll = copy.deepcopy(OLD_SERVER_POLL)
     return {"update_id": 3, "message": {**text_message(), "poll": poll}}
 
 

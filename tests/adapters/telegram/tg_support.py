@@ -150,6 +150,19 @@ async def stored(app: Any) -> int:
     return len(ids)
 
 
+# a poll as a Bot API server before 9.6 sends it (no persistent_id: PTB 22 refuses to build it)
+OLD_SERVER_POLL: dict[str, Any] = {
+    "id": "p1",
+    "question": "Lunch where?",
+    "options": [{"text": "Thai", "voter_count": 0}],
+    "total_voter_count": 0,
+    "is_closed": False,
+    "is_anonymous": True,
+    "type": "regular",
+    "allows_multiple_answers": False,
+}
+
+
 def update(update_id: int, chat: dict[str, Any], user: int, text: str, **extra: Any) -> dict:
     msg = {
         "message_id": update_id % 100000,
