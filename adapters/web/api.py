@@ -172,12 +172,9 @@ class ThreadApi:
         return web.json_response(answer, status=202), result.status is SubmitStatus.ACCEPTED
 
     async def get_messages(self, request: web.Request) -> web.Response:
-        thread = thread_of(request)
-        if thread is None:
-            return bad(BAD_THREAD)
-        refused = self.auth.refusal(request)
-        if refused is not None:
-            return refused
+        thread = self.auth.admitted(request)
+        if isinstance(thread, web.Response):
+            return thread
         messages = await self.view.messages(thread)
         return web.json_response({"thread": thread, "messages": messages})
 

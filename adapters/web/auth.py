@@ -28,7 +28,7 @@ from bridge.http.login import (
 from bridge.http.peers import can_tell, peer_uid
 from bridge.ports import AdapterContext
 
-from .answers import bad
+from .answers import BAD_THREAD, bad, thread_of
 from .spec import is_loopback
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -55,6 +55,15 @@ class WebAuth:
         self._peers: weakref.WeakKeyDictionary[asyncio.BaseTransport, str] = (
             weakref.WeakKeyDictionary()
         )
+
+    def admitted(self, request: web.Request) -> str | web.Response:
+        """The route's thread, when it names one and the request may go on (:meth:`refusal`);
+        else the answer that refuses it."""
+        thread = thread_of(request)
+        if thread is None:
+            return bad(BAD_THREAD)
+        refused = self.refusal(request)
+        return thread if refused is None else refused
 
     def refusal(self, request: web.Request) -> web.Response | None:
         """None when the request may go on (a body is read only then): no token is set, or

@@ -34,7 +34,7 @@ from bridge.store.records import TranscriptEntry
 from provisioning.errors import LayoutError, UnsafePathError
 from provisioning.layout import Layout
 
-from .answers import BAD_THREAD, bad, thread_of
+from .answers import bad
 from .auth import WebAuth
 
 log = logging.getLogger(__name__)
@@ -126,12 +126,9 @@ class ThreadFiles:
         self.auth = auth
 
     async def handle(self, request: web.Request) -> web.Response:
-        thread = thread_of(request)
-        if thread is None:
-            return bad(BAD_THREAD)
-        refused = self.auth.refusal(request)
-        if refused is not None:
-            return refused
+        thread = self.auth.admitted(request)
+        if isinstance(thread, web.Response):
+            return thread
         try:
             name = asked_name(request.query.get("path", ""))
         except ValueError as exc:

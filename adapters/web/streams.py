@@ -18,7 +18,7 @@ from aiohttp import web
 
 from bridge.ports import AdapterContext
 
-from .answers import BAD_THREAD, bad, thread_of
+from .answers import bad
 from .auth import WebAuth
 from .surface import LAGGING, WebSurface
 
@@ -56,12 +56,9 @@ class EventStreams:
         return b"".join(_sse(e) for e in events) + start
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        thread = thread_of(request)
-        if thread is None:
-            return bad(BAD_THREAD)
-        refused = self.auth.refusal(request)
-        if refused is not None:
-            return refused
+        thread = self.auth.admitted(request)
+        if isinstance(thread, web.Response):
+            return thread
         if self._closing:  # an EventSource does not reconnect after an answer that is not 200
             return bad("the gateway is stopping", 503)
         response = web.StreamResponse(

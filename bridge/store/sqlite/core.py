@@ -110,10 +110,10 @@ class SqliteCore(Store):
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None  # touched only on the worker thread
         # group commit of every write (see _tx)
-        self._group: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._group: list[tuple[Write, asyncio.Future[Any]]] = []
         self._committer: asyncio.Task[None] | None = None
         # writes that may wait for another to share its commit (see _tx's ``soon``)
-        self._waiting: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._waiting: list[tuple[Write, asyncio.Future[Any]]] = []
         self._waiting_timer: asyncio.TimerHandle | None = None
         self.stats = StoreStats()
 
@@ -184,7 +184,7 @@ class SqliteCore(Store):
 
     def _take_group(
         self,
-    ) -> list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]:
+    ) -> list[tuple[Write, asyncio.Future[Any]]]:
         """The next commit's writes: the waiting ``soon`` ones first (they came earlier)."""
         group, self._waiting, self._group = [*self._waiting, *self._group], [], []
         if self._waiting_timer is not None:
