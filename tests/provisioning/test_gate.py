@@ -8,6 +8,7 @@ import resource
 import subprocess
 from pathlib import Path
 
+import pytest
 from home_support import gated_run
 
 from provisioning import gate
@@ -22,7 +23,7 @@ def test_a_run_needs_the_gate_only_for_limits_or_a_cgroup(tmp_path: Path) -> Non
     assert gate.needed(RunLimits(), [tmp_path / "cgroup.procs"])
 
 
-def test_what_follows_the_gates_line_is_the_runners_stdin(tmp_path: Path) -> None:
+def test_what_follows_the_gates_line_is_the_runners_stdin() -> None:
     proc = gate.start(["cat"], RunLimits(file_bytes=2**20), stdout=subprocess.PIPE)
     out, _ = proc.communicate(b"first line\nsecond\n", timeout=TIMEOUT_S)
     assert proc.returncode == 0
@@ -58,10 +59,7 @@ def test_a_limit_the_kernel_refuses_is_an_error_naming_the_keys(tmp_path: Path) 
     """A process the kernel will not give limits to (here: one that cannot exist, past
     ``pid_max``) makes a clear error saying how to run without them."""
     beyond = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
-    try:
+    ours = resource.getrlimit(resource.RLIMIT_CPU)
+    with pytest.raises(gate.RlimitsUnavailable, match=r"limits\.run_max_\*"):
         gate.set_limits(beyond, RunLimits(cpu_s=5))
-    except gate.RlimitsUnavailable as exc:
-        assert "limits.run_max_" in str(exc)
-    else:
-        raise AssertionError("limits set on a process that is gone")
-    assert resource.getrlimit(resource.RLIMIT_CPU)  # ours untouched
+    assert resource.getrlimit(resource.RLIMIT_CPU) == ours  # nobody else's limits set
