@@ -33,12 +33,12 @@ Handing uids out, the rule:
   its own last holder, only the processes are killed and checked (a process made from a
   setuid file meanwhile would act as the conversation).
 
-The files are deleted when the uid is freed, by the reclaim itself (under the map's lock,
-once the account is gone and its processes killed, so no allocation can hand the uid out
-meanwhile), and the uid's ``freedUids`` record says so (``clearedAt``). The walk of ``/tmp``
-costs time in proportion to what is there (seconds on a busy host), and a new conversation
-would otherwise wait for it at its first message. A uid freed another way (a crash before
-the clearing, a rebuilt map, a clearing that failed) is walked at its allocation as before.
+The files are deleted when the uid is handed to another conversation (under the map's
+lock, so nothing else takes the uid meanwhile), not when it is freed: the walk of ``/tmp``
+costs time in proportion to what is there (minutes on a host with a million entries), and an
+archive (``jazz-bridge homes archive``, the retention sweep) held the map's lock for all of
+it, so no conversation could get an account meanwhile. A new conversation takes a never-used
+uid first, so it waits for a walk only once the range's never-used uids are all gone.
 
 This module is the registry (:class:`AccountRegistry`) and what it promises; the parts are
 their own modules: the map's state file, lock and rebuild (:mod:`provisioning.uid_map`),
@@ -55,7 +55,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from . import archive, freed_uids
+from . import archive
 from .allocation import allocate
 from .errors import AccountError, UidTaken
 from .layout import Layout
@@ -264,7 +264,6 @@ class AccountRegistry:
                 self._map.freed[account.uid] = {"home": home, "gid": account.gid, "freedAt": now()}
             self._map.save()
             delete_account(home, account, self.operator_gid, self._kill)
-            freed_uids.clear_at_reclaim(self._map, account.uid, home)
         log.info(
             "reclaimed account %s (uid %d) of archived home %s", account.name, account.uid, home
         )
@@ -292,8 +291,6 @@ class AccountRegistry:
                 except AccountError as exc:
                     log.error("%s", exc)
                     continue
-                if self._map.freed.get(account.uid, {}).get("home") == home:
-                    freed_uids.clear_at_reclaim(self._map, account.uid, home)
                 done.append(account)
         for account in done:
             log.warning(

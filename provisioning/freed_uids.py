@@ -6,14 +6,10 @@ to a conversation other than its last holder only once nothing of that holder is
 deleted, then every process of the uid killed and none found with the uid or its group.
 Given back to its own last holder, only the processes are killed and checked.
 
-The files are deleted when the uid is freed, by the reclaim itself
-(:func:`clear_at_reclaim`, under the map's lock once the account is gone and its processes
-killed, so no allocation can hand the uid out meanwhile), and the uid's ``freedUids``
-record says so (``clearedAt``): the walk of ``/tmp`` costs time in proportion to what is
-there, and a new conversation would otherwise wait for it at its first message. At the
-allocation to another conversation (:func:`fit_for`) a cleared uid with no process only has
-its IPC objects cleared; a uid freed another way (a crash before the clearing, a rebuilt
-map, a clearing that failed), or with a process found running, is walked again.
+The files are deleted at the allocation to another conversation (:func:`fit_for`), under
+the map's lock, never at the reclaim: a walk of ``/tmp`` may take minutes on a full host,
+and the archive that frees a uid must not hold the map (every new conversation's account)
+for that long (:mod:`provisioning.accounts`).
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ import time
 
 from . import leftovers
 from .system_accounts import Killer
-from .uid_map import UidMap, now
+from .uid_map import UidMap
 
 log = logging.getLogger("provisioning.accounts")  # the registry's log, as before the split
 
@@ -34,15 +30,11 @@ def fit_for(uids: UidMap, kill: Killer | None, uid: int, home: str) -> bool:
     record = uids.freed.get(uid, {})
     gid = int(record.get("gid", uid))
     # a process of the uid now (made from a setuid file since, say) is killed before the
-    # walk, so it writes nothing after it; and it may have left new files since the
-    # uid's clearing (clearedAt): then the walk again
+    # walk, so it writes nothing after it
     running = leftovers.processes_of(uid, gid)
     problems = kill_uid(kill, uid) if running else ""
     if not problems and record.get("home") != home:
-        if record.get("clearedAt") and not running:
-            report = leftovers.clear_ipc(uid, gid)  # costs nothing
-        else:
-            report = walk_leftovers(uid, gid, str(record.get("home", "?")), home)
+        report = walk_leftovers(uid, gid, str(record.get("home", "?")), home)
         if not report.ok:
             problems = report.problems()
     if not problems:
@@ -73,27 +65,6 @@ def kill_uid(kill: Killer | None, uid: int) -> str:
     except OSError as exc:
         return str(exc)
     return ""
-
-
-def clear_at_reclaim(uids: UidMap, uid: int, home: str) -> None:
-    """Delete what just-freed ``uid`` left outside ``home`` now, and note it in its
-    ``freedUids`` record (see the module docstring). Under the map's lock, the account
-    deleted. A clearing that fails is logged; the uid's allocation walks again."""
-    record = uids.freed.get(uid)
-    if record is None:
-        return  # another account's uid now: not ours to clear
-    report = walk_leftovers(uid, int(record.get("gid", uid)), home, None)
-    if not report.ok:
-        log.warning(
-            "what freed uid %d (last home %s) left outside its home could not all be "
-            "deleted: %s; it is tried again before the uid serves another conversation",
-            uid,
-            home,
-            report.problems(),
-        )
-        return
-    record["clearedAt"] = now()
-    uids.save()
 
 
 def walk_leftovers(

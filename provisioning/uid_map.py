@@ -4,7 +4,7 @@ Split out of :mod:`provisioning.accounts` (the registry, which decides what goes
 map): this module keeps it. The map (``state/accounts.json``) has three sections:
 ``accounts``, the live conversations' accounts (home -> name, uid, gid); ``archived``, who
 an archived conversation's reclaimed account was; ``freedUids``, whose each given-back uid
-was last, since when, and whether what it left was cleared (``clearedAt``). It is read
+was last and since when. It is read
 afresh under its lock (:meth:`UidMap.locked`: an in-process lock plus a file lock, so a CLI
 and a running gateway never race) and written atomically (:meth:`UidMap.save`).
 
