@@ -67,22 +67,20 @@ def kill_uid(kill: Killer | None, uid: int) -> str:
     return ""
 
 
-def walk_leftovers(
-    uid: int, gid: int, last_home: str, next_home: str | None
-) -> leftovers.LeftoverReport:
+def walk_leftovers(uid: int, gid: int, last_home: str, next_home: str) -> leftovers.LeftoverReport:
     """:func:`leftovers.clear_files` for ``uid``, logged when it found anything."""
     started = time.monotonic()
     report = leftovers.clear_files(uid, gid)
     if report.removed or report.given_away or report.ipc_removed:
         log.warning(
             "uid %d (last home %s) left %d entries and %d IPC objects outside its home: "
-            "deleted (%d given to root) in %.1f s, %s",
+            "deleted (%d given to root) in %.1f s, before the uid goes to home %s",
             uid,
             last_home,
             report.removed,
             report.ipc_removed,
             report.given_away,
             time.monotonic() - started,
-            f"before the uid goes to home {next_home}" if next_home else "as it was freed",
+            next_home,
         )
     return report

@@ -191,13 +191,6 @@ def clear_files(uid: int, gid: int, places: tuple[Path, ...] = PLACES) -> Leftov
     return report
 
 
-def clear_ipc(uid: int, gid: int) -> LeftoverReport:
-    """Remove the System V IPC objects of ``uid`` or ``gid`` only (no walk). Blocking."""
-    report = LeftoverReport(uid)
-    _clear_ipc(uid, gid, report)
-    return report
-
-
 def _clear_ipc(uid: int, gid: int, report: LeftoverReport) -> None:
     for kind, id_column, flag in IPC_KINDS:
         try:
