@@ -13,7 +13,11 @@ freed uid is handed to another conversation if that first clearing did not happe
   directory it owns too once it is empty; one that still holds another account's files is
   given to root (its mode kept), and another account's entry in the old private group is
   given to group root. Nothing else is touched. The walk is :class:`~provisioning.walk.TreeWalk`:
-  pinned by descriptors, it follows no link and stays on each place's filesystem;
+  pinned by descriptors, it follows no link and stays on each place's filesystem. It does
+  not enter a directory of root's that the uid cannot search (no ``x`` for others, nor for
+  the group when it is the uid's, and no ACL): nothing below it was reachable by the uid,
+  and only root can open it up later. A full host's ``/tmp`` is mostly such trees (private
+  temporary directories of root's services, test runs, browsers), so the walk stays short;
 * System V IPC objects (shared memory, semaphores, message queues) of the uid or its group
   are removed (``ipcrm``);
 * and no process may have the uid or the group (real, effective, saved, filesystem or
@@ -30,6 +34,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +58,8 @@ IPCRM_TIMEOUT_S = 10.0
 STATUS_ID_ROWS = ("Uid:", "Gid:", "Groups:")  # /proc/<pid>/status: real, effective, saved, fs
 STATUS_ROWS = ("State:", *STATUS_ID_ROWS)
 ZOMBIE = "Z"  # State: a process that ended, waiting for its parent: it can do nothing
+ACL_XATTR = "system.posix_acl_access"  # a POSIX ACL on a directory may let the uid search it
+NO_XATTR = (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP)  # no ACL, or none on that fs
 
 
 @dataclass
@@ -82,8 +89,23 @@ class _ClearWalk(TreeWalk):
         self.leftovers = report
         self.uid, self.gid, self.dev = uid, gid, dev
 
-    def enters(self, st: os.stat_result) -> bool:
-        return st.st_dev == self.dev  # another filesystem mounted below the place: not ours
+    def enters(self, dir_fd: int, name: str, st: os.stat_result) -> bool:
+        if st.st_dev != self.dev:
+            return False  # another filesystem mounted below the place: not ours
+        return not self._sealed(dir_fd, name, st)
+
+    def _sealed(self, dir_fd: int, name: str, st: os.stat_result) -> bool:
+        """Whether ``name`` is root's and the uid could not search it (nothing below it
+        can be the uid's next holder's; see the module docstring)."""
+        if st.st_uid != ROOT_ID:
+            return False  # its owner may open it up again: what the uid made in it counts
+        if st.st_mode & stat.S_IXOTH or (st.st_gid == self.gid and st.st_mode & stat.S_IXGRP):
+            return False
+        try:
+            os.getxattr(f"/proc/self/fd/{dir_fd}/{name}", ACL_XATTR, follow_symlinks=False)
+        except OSError as exc:
+            return exc.errno in NO_XATTR  # any other failure: entered, to be safe
+        return False  # an ACL: it may name the uid
 
     def directory(self, fd: int, st: os.stat_result, where: str, *, top: bool) -> None:
         if not top and st.st_uid != self.uid and st.st_gid == self.gid:

@@ -135,8 +135,9 @@ class TreeWalk:
       its ``lstat``; it returns ``UNCHANGED``, ``CHANGED`` or ``SKIPPED``;
     * :meth:`not_regular` for everything else (links, FIFOs, sockets, devices), counted as
       skipped by the walk; never to be opened except ``O_PATH``;
-    * :meth:`enters` for every subdirectory listed, before it is opened: False passes it
-      over (another filesystem, say);
+    * :meth:`enters` for every subdirectory listed, before it is opened, with its parent's
+      descriptor, its name and its ``lstat``: False passes it over (another filesystem,
+      say);
     * :meth:`left` for every directory below the top once everything in it was walked,
       with its parent's descriptor, its name and identity (to remove it, say).
 
@@ -158,8 +159,8 @@ class TreeWalk:
     def not_regular(self, dir_fd: int, entry: os.DirEntry[str], where: str) -> None:
         """A link, FIFO, socket or device (already counted as checked and skipped)."""
 
-    def enters(self, st: os.stat_result) -> bool:
-        """Whether to walk into a listed subdirectory (its ``lstat``)."""
+    def enters(self, dir_fd: int, name: str, st: os.stat_result) -> bool:
+        """Whether to walk into subdirectory ``name`` of ``dir_fd`` (``st``: its ``lstat``)."""
         return True
 
     def left(self, dir_fd: int, name: str, dev: int, ino: int, where: str) -> None:
@@ -306,7 +307,7 @@ class TreeWalk:
                         except OSError as exc:
                             report.fail(f"{where}/{entry.name}", f"cannot stat: {_why(exc)}")
                             continue
-                        if self.enters(est):
+                        if self.enters(fd, entry.name, est):
                             subdirs.append((entry.name, est.st_dev, est.st_ino))
                         else:
                             skipped += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import select
 import stat
+import struct
 import subprocess
 from pathlib import Path
 
@@ -25,6 +26,12 @@ from provisioning.reclaim import archive_and_reclaim
 pytestmark = needs_root
 
 WAIT_S = 30  # bound on a lingering process's end once it was killed
+# the kernel's form of a POSIX ACL (system.posix_acl_access): version, then entries of
+# (tag, permissions, id), sorted by tag
+ACL_VERSION = 2
+ACL_USER_OBJ, ACL_USER, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+ACL_UNDEFINED_ID = 0xFFFFFFFF
+RWX, SEARCH, NOTHING = 7, 1, 0
 
 
 def _ipc_of(uid: int) -> list[str]:
@@ -106,6 +113,53 @@ def test_a_freed_uid_goes_to_a_new_conversation_only_after_its_leftovers_are_gon
     assert kept.read_text() == "not in a world-writable place\n"  # the link was not followed
     assert _ipc_of(uid) == []
     assert leftovers.processes_of(uid, gid) == []
+
+
+def _acl_letting_search(uid: int) -> bytes:
+    """An ACL giving its owner everything, ``uid`` search and nobody else anything."""
+    entries = [
+        (ACL_USER_OBJ, RWX, ACL_UNDEFINED_ID),
+        (ACL_USER, SEARCH, uid),
+        (ACL_GROUP_OBJ, NOTHING, ACL_UNDEFINED_ID),
+        (ACL_MASK, SEARCH, ACL_UNDEFINED_ID),
+        (ACL_OTHER, NOTHING, ACL_UNDEFINED_ID),
+    ]
+    return struct.pack("<I", ACL_VERSION) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+def test_the_walk_passes_over_only_roots_directories_the_uid_could_not_search(
+    uid_range: tuple[int, int], leftover_tag: str
+) -> None:
+    """A root's private tree (a service's, a test run's) is not walked: the uid could not
+    reach it. Every other directory is, even one the uid cannot search now: its owner (not
+    root) or an ACL may let the uid in."""
+    uid, other = uid_range[0], uid_range[0] + 1
+    place = Path(f"/tmp/{leftover_tag}-place")
+    place.mkdir()
+    os.chmod(place, 0o1777)
+    kinds = {
+        "sealed": (0, 0, 0o700),  # root's, private: not entered
+        "searchable": (0, 0, 0o711),
+        "own-group": (0, uid, 0o710),  # root's, the uid's group may search it
+        "others": (other, other, 0o700),  # another account's: it may open it up
+        "acl": (0, 0, 0o700),  # root's, with an ACL letting the uid search it
+    }
+    for name, (owner, group, mode) in kinds.items():
+        directory = place / name
+        directory.mkdir()
+        made = directory / "made-by-the-uid"  # before the directory was closed, say
+        made.write_text("the uid's\n")
+        os.chown(made, uid, uid)
+        os.chown(directory, owner, group)
+        os.chmod(directory, mode)
+    os.setxattr(place / "acl", leftovers.ACL_XATTR, _acl_letting_search(uid))
+
+    report = leftovers.clear_files(uid, uid, places=(place,))
+
+    assert report.ok, report.problems()
+    left = sorted(p.parent.name for p in place.glob("*/made-by-the-uid"))
+    assert left == ["sealed"]
+    assert report.removed == len(kinds) - 1
 
 
 def test_a_freed_uid_with_a_process_left_is_passed_over_until_the_process_ends(
