@@ -5,8 +5,8 @@ uid may later be another conversation's. The kernel knows owners by number only,
 anything the old account left outside its home would be the new one's: a file in
 ``/tmp`` with its notes, a setuid copy of a shell (run by any other account, it is a
 process of that uid), a shared-memory segment. Its home went into the tarball; these did
-not. When a uid is freed (the account deleted, its processes killed), and again before a
-freed uid is handed to another conversation if that first clearing did not happen or fail:
+not. Before a freed uid (its account deleted) is handed to another conversation
+(:func:`provisioning.freed_uids.fit_for`; not at the archive, see there):
 
 * every file, link, FIFO or socket the uid owns in the world-writable places
   (:data:`PLACES`: ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/dev/mqueue``) is deleted, a
